@@ -1,0 +1,1 @@
+"""Data package: the workflow templates shipped with resched (see ``resched templates``)."""

@@ -1,0 +1,1 @@
+"""resched control side: values -> render -> spec -> lint -> backend dry run -> submit."""

@@ -1,0 +1,58 @@
+"""The backend contract (torchx style): ``submit(dry_run(job, options))``.
+
+``dry_run`` is pure: it returns a typed request whose ``materialize()`` is the exact
+text that will be handed over (argv + spec for OSMO, the sbatch script for Slurm, the
+plan for the local executor). ``--dry-run``, golden-file tests and ``submit`` all look
+at that one object. ``submit`` is the only side effect.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workflows.pipeline import LoadedWorkflow
+
+
+class Request(ABC):
+    """What a backend will hand over, fully resolved."""
+
+    @abstractmethod
+    def materialize(self) -> str:
+        """The human-readable exact request (printed by ``--dry-run``)."""
+
+    @abstractmethod
+    def write(self, directory: Path) -> list[Path]:
+        """Write the request's files under ``directory`` (``--output DIR``); return them."""
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What ``submit`` reports: an id to follow the job by, and a one-line message."""
+
+    backend: str
+    job_id: str
+    message: str
+    exit_code: int = 0
+
+
+class Backend(ABC):
+    """One place a workflow can run."""
+
+    name: str = ""
+    #: option name -> help; ``submit`` refuses options a backend does not take.
+    option_help: Mapping[str, str] = {}
+    #: the lint target (``osmo`` flags file:// urls, the others accept them).
+    lint_target: str = "osmo"
+
+    @abstractmethod
+    def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> Request:
+        """Pure: build the exact request for ``job``."""
+
+    @abstractmethod
+    def submit(self, request: Request) -> SubmitResult:
+        """Hand ``request`` over (the only side effect)."""
