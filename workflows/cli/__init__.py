@@ -3,6 +3,10 @@
 Each command module exposes ``COMMANDS`` (a list of click commands); this module
 only assembles them and turns a :class:`ReschedError` into one line on stderr and a
 non-zero exit (a traceback only with ``--debug`` or ``RESCHED_DEBUG=1``).
+
+Command modules are imported lazily, when their command runs: ``resched wrap`` starts
+inside every training task and must not pay for pydantic, Jinja or fsspec-heavy imports
+that only the control side needs.
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ import click
 
 from wrapper.errors import ReschedError
 
-# One module per area, so that areas evolve without touching each other.
-_COMMAND_MODULES = (
-    "workflows.cli.render_cmd",  # render
-    "workflows.cli.spec_cmds",  # validate, lint, templates, init
-    "workflows.cli.submit_cmd",  # submit --backend local|osmo|slurm
-    "workflows.cli.wrap_cmds",  # wrap
-    "workflows.cli.classify_cmd",  # classify
-    "workflows.cli.checkpoint_cmds",  # checkpoint publish|restore|list|verify
-    "workflows.cli.run_cmds",  # run (the local executor)
-    "workflows.cli.slurm_cmds",  # status, logs
-)
+# command name -> the module that defines it (one module per area).
+_COMMAND_MODULES = {
+    "render": "workflows.cli.render_cmd",
+    "validate": "workflows.cli.spec_cmds",
+    "lint": "workflows.cli.spec_cmds",
+    "templates": "workflows.cli.spec_cmds",
+    "init": "workflows.cli.spec_cmds",
+    "submit": "workflows.cli.submit_cmd",
+    "run": "workflows.cli.run_cmds",
+    "wrap": "workflows.cli.wrap_cmds",
+    "classify": "workflows.cli.classify_cmd",
+    "checkpoint": "workflows.cli.checkpoint_cmds",
+    "status": "workflows.cli.slurm_cmds",
+    "logs": "workflows.cli.slurm_cmds",
+}
 
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug in resched, never mistaken for success
 
@@ -42,6 +50,20 @@ def _debug_requested(ctx: click.Context | None) -> bool:
 
 
 class _ReschedGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(_COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        module_name = _COMMAND_MODULES.get(cmd_name)
+        if module_name is None:
+            return None
+        for command in importlib.import_module(module_name).COMMANDS:
+            if command.name == cmd_name:
+                return command  # type: ignore[no-any-return]
+        raise RuntimeError(f"{module_name} does not define the {cmd_name!r} command")
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -73,7 +95,3 @@ def main(ctx: click.Context, debug: bool) -> None:
     """resched: make GPU training jobs survive failures."""
     ctx.obj = {"debug": debug}
 
-
-for _name in _COMMAND_MODULES:
-    for _command in importlib.import_module(_name).COMMANDS:
-        main.add_command(_command)
