@@ -1,0 +1,72 @@
+"""Helpers for the lint and spec tests: build a Rendered from plain YAML and lint it.
+
+The specs here contain no Jinja, so the rendered text IS the workflow section of the
+source; ``workflow_line`` is where ``workflow:`` starts in the file.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflows.lint import Finding, LintOptions, lint_workflow
+from workflows.spec import Workflow
+from workflows.spec_load import parse_workflow
+
+FIXTURES = Path(__file__).parent
+
+try:  # the real one once workflows/render.py lands
+    from workflows.render import Rendered
+except ImportError:  # pragma: no cover - before render lands
+
+    @dataclass(frozen=True)
+    class Rendered:  # type: ignore[no-redef]
+        source: Path | None
+        source_text: str
+        text: str
+        workflow_line: int
+        values: dict[str, Any]
+
+
+def rendered_from(source_text: str, source: Path | None = None) -> Any:
+    """A Rendered for Jinja-free source text: the workflow section, as OSMO cuts it."""
+    lines = source_text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("workflow:"))
+    end = next(
+        (
+            j
+            for j in range(start + 1, len(lines))
+            if lines[j][:1].isalpha() and ":" in lines[j].split()[0]
+        ),
+        len(lines),
+    )
+    text = "".join(lines[start:end]).removesuffix("\n")
+    return Rendered(
+        source=source, source_text=source_text, text=text, workflow_line=start + 1, values={}
+    )
+
+
+def spec_of(text: str) -> Workflow:
+    return parse_workflow(textwrap.dedent(text))
+
+
+def lint_text(
+    text: str, tmp_path: Path, *, name: str = "train.yaml", **options: Any
+) -> list[Finding]:
+    """Write ``text`` to tmp_path/name, 'render' it (no Jinja), validate and lint it."""
+    source_text = textwrap.dedent(text).lstrip("\n")
+    source = tmp_path / name
+    source.write_text(source_text)
+    rendered = rendered_from(source_text, source)
+    spec = parse_workflow(rendered.text, source=str(source), first_line=rendered.workflow_line)
+    return lint_workflow(rendered, spec, LintOptions(**options))
+
+
+def ids(findings: list[Finding]) -> list[str]:
+    return [f.id for f in findings]
+
+
+def only(findings: list[Finding], rule_id: str) -> list[Finding]:
+    return [f for f in findings if f.id == rule_id]

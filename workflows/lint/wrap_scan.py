@@ -1,0 +1,111 @@
+"""Find `resched wrap` invocations in a task (command, args, files) and their exit codes.
+
+Flags win over environment variables (RESCHED_RESCHEDULE_CODE / RESCHED_ABORT_CODE, set in
+the task's environment or assigned in the same script), which win over the defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows.lint.core import TaskSite
+
+DEFAULT_RESCHEDULE_CODE = 3
+DEFAULT_ABORT_CODE = 1
+_MAX_LOCAL_FILE = 1 << 20
+
+_WRAP = re.compile(r"\bresched\s+wrap\b")
+_END_OF_OPTIONS = re.compile(r"\s--(?:\s|$)|\n")
+_ENV_ASSIGN = r"\b{name}=['\"]?(\S+?)['\"]?(?:\s|;|$)"
+
+
+@dataclass(frozen=True)
+class WrapCall:
+    where: str  # YAML path of the text that holds the call
+    reschedule_code: int | None  # None: not a literal number (e.g. "$CODE")
+    reschedule_from: str  # "flag" | "env" | "default"
+    abort_code: int | None
+    abort_from: str
+    checkpoint_url: bool  # the wrapper owns the checkpoint store
+
+
+def _texts(site: TaskSite, base_dir: Path) -> list[tuple[str, str]]:
+    task = site.task
+    texts = [(f"{site.path}.command", " ".join((*task.command, *task.args)))]
+    for index, file in enumerate(task.files):
+        if file.contents is not None and not file.base64:
+            texts.append((f"{site.path}.files[{index}].contents", file.contents))
+        elif file.localpath is not None:
+            local = _read_local(base_dir, file.localpath)
+            if local is not None:
+                texts.append((f"{site.path}.files[{index}].localpath", local))
+    return texts
+
+
+def _read_local(base_dir: Path, localpath: str) -> str | None:
+    path = (base_dir / Path(localpath).expanduser()).resolve()
+    try:
+        if not path.is_file() or path.stat().st_size > _MAX_LOCAL_FILE:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _strip_comments(text: str) -> str:
+    joined = text.replace("\\\n", " ")
+    return "\n".join(line for line in joined.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _as_code(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _option(options: str, name: str) -> str | None:
+    match = re.search(rf"--{name}(?:=|\s+)['\"]?([^\s'\"]+)", options)
+    return match.group(1) if match else None
+
+
+def _env(text: str, environment: dict[str, str], name: str) -> str | None:
+    assigned = re.findall(_ENV_ASSIGN.format(name=name), text, re.MULTILINE)
+    if assigned:
+        return str(assigned[-1])
+    return environment.get(name)
+
+
+def _code(
+    options: str, text: str, environment: dict[str, str], flag: str, env: str, default: int
+) -> tuple[int | None, str]:
+    value = _option(options, flag)
+    if value is not None:
+        return _as_code(value), "flag"
+    value = _env(text, environment, env)
+    if value is not None:
+        return _as_code(value.strip()), "env"
+    return default, "default"
+
+
+def wrap_calls(site: TaskSite, base_dir: Path) -> tuple[WrapCall, ...]:
+    calls: list[WrapCall] = []
+    env = site.task.environment
+    for where, raw in _texts(site, base_dir):
+        text = _strip_comments(raw)
+        for match in _WRAP.finditer(text):
+            end = _END_OF_OPTIONS.search(text, match.end())
+            options = text[match.end() : end.start() if end else len(text)]
+            resched, resched_from = _code(
+                options, text, env, "reschedule-code", "RESCHED_RESCHEDULE_CODE",
+                DEFAULT_RESCHEDULE_CODE,
+            )
+            abort, abort_from = _code(
+                options, text, env, "abort-code", "RESCHED_ABORT_CODE", DEFAULT_ABORT_CODE
+            )
+            owns = _option(options, "checkpoint-url") is not None or bool(
+                _env(text, env, "RESCHED_CHECKPOINT_URL")
+            )
+            call = WrapCall(where, resched, resched_from, abort, abort_from, owns)
+            if call not in calls:
+                calls.append(call)
+    return tuple(calls)

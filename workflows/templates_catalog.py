@@ -1,0 +1,124 @@
+"""The shipped workflow templates: list them, and copy one into a folder to start from.
+
+``resched templates`` lists every ``templates/*.yaml`` with the first line of its leading
+comment. ``resched init NAME DIR`` writes ``DIR/train.yaml`` (the name the docs use) and
+every file the template uploads through a relative ``localpath:`` (found by rendering it
+with its default values), dereferencing symlinks. A user file is never overwritten
+silently: without ``force`` the init is refused; with it, the old file is kept as
+``<name>.bak``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows.errors import UsageError
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+SPEC_NAME = "train.yaml"
+
+
+@dataclass(frozen=True)
+class Template:
+    name: str
+    path: Path
+    description: str
+
+
+@dataclass(frozen=True)
+class InitResult:
+    written: tuple[Path, ...]
+    backups: tuple[Path, ...]
+
+
+def _description(path: Path) -> str:
+    """The first line of the template's leading ``#`` comment."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text:
+            return text
+    return "(no description)"
+
+
+def list_templates(directory: Path = TEMPLATES_DIR) -> tuple[Template, ...]:
+    return tuple(
+        Template(path.stem, path, _description(path))
+        for path in sorted(directory.glob("*.yaml"))
+        if not path.name.startswith("_")
+    )
+
+
+def find_template(name: str, directory: Path = TEMPLATES_DIR) -> Template:
+    templates = {t.name: t for t in list_templates(directory)}
+    key = name.removesuffix(".yaml")
+    if key not in templates:
+        raise UsageError(
+            f"no shipped template named {name!r}",
+            fix=f"use one of {', '.join(templates) or '(none shipped)'}; `resched templates` lists them",
+        )
+    return templates[key]
+
+
+def referenced_files(template: Template) -> tuple[Path, ...]:
+    """Relative ``localpath:`` files of the template rendered with its default values."""
+    from workflows.pipeline import parse_rendered
+    from workflows.render import render_file
+    from workflows.values import ValueOptions
+
+    spec = parse_rendered(render_file(template.path, ValueOptions(files=(), sets=(), set_strings=())))
+    found: list[Path] = []
+    for task in spec.all_tasks():
+        for file in task.files:
+            if file.localpath is None or Path(file.localpath).is_absolute():
+                continue
+            relative = Path(file.localpath)
+            source = template.path.parent / relative
+            if ".." in relative.parts or not source.exists():
+                raise UsageError(
+                    f"template {template.name} references localpath {file.localpath}, which "
+                    "is not shipped next to it",
+                    fix="report this: the shipped template is broken",
+                )
+            if relative not in found:
+                found.append(relative)
+    return tuple(found)
+
+
+def _backup_name(path: Path) -> Path:
+    backup = path.with_name(path.name + ".bak")
+    number = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.bak{number}")
+        number += 1
+    return backup
+
+
+def init_template(name: str, directory: Path, *, force: bool = False) -> InitResult:
+    """Copy template ``name`` to ``directory/train.yaml`` plus the files it uploads."""
+    template = find_template(name)
+    copies = [(template.path, directory / SPEC_NAME)] + [
+        (template.path.parent / rel, directory / rel) for rel in referenced_files(template)
+    ]
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} exists and is not a directory", fix="choose another DIR")
+    existing = [dest for _, dest in copies if dest.exists() or dest.is_symlink()]
+    if existing and not force:
+        raise UsageError(
+            "refusing to overwrite " + ", ".join(str(p) for p in existing),
+            fix="choose an empty DIR, or pass --force (the old files are kept as .bak)",
+        )
+    backups = []
+    for dest in existing:
+        if dest.is_dir():
+            raise UsageError(f"{dest} is a directory", fix="move it away or choose another DIR")
+        backup = _backup_name(dest)
+        dest.rename(backup)
+        backups.append(backup)
+    for source, dest in copies:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source.resolve(), dest)  # dereferences symlinks (train.py), keeps mode
+    return InitResult(tuple(dest for _, dest in copies), tuple(backups))
