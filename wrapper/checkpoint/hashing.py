@@ -1,0 +1,125 @@
+"""sha256 of files, a local stat -> sha256 cache, and copy-while-hashing.
+
+The cache is what makes re-publishing an unchanged tree cheap: a file whose
+(device, inode, size, mtime_ns, ctime_ns) match a cached entry is not read again.
+ctime cannot be set by user code, and training code writes files by tmp + rename (a new
+inode), so a changed file misses the cache. The residual risk is git's "racily clean"
+case: a file rewritten in place within one timestamp tick after it was hashed. Entries
+hashed less than ``RACY_WINDOW_NS`` after the file's mtime are therefore not trusted.
+The cache lives outside the checkpoint dir (``$RESCHED_CACHE_DIR`` or
+``~/.cache/resched``), one small JSON file per directory; losing it costs a re-hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import IO
+
+CHUNK = 8 << 20
+RACY_WINDOW_NS = 50_000_000
+_hasher_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="resched-hash")
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("RESCHED_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "resched"
+
+
+def dir_key(directory: Path) -> str:
+    return hashlib.sha256(os.fsencode(os.path.realpath(directory))).hexdigest()[:20]
+
+
+def stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class HashCache:
+    """relative path -> (stat key, sha256, hashed-at) for one local directory."""
+
+    def __init__(self, directory: Path, *, enabled: bool = True) -> None:
+        self._file = cache_dir() / "hashes" / f"{dir_key(directory)}.json"
+        self._enabled = enabled
+        self._entries: dict[str, list] = {}
+        self._dirty = False
+        if enabled:
+            try:
+                loaded = json.loads(self._file.read_bytes())
+                self._entries = loaded if isinstance(loaded, dict) else {}
+            except (OSError, ValueError):
+                self._entries = {}
+
+    def get(self, relpath: str, st: os.stat_result) -> str | None:
+        entry = self._entries.get(relpath)
+        if not entry or len(entry) != 3 or entry[0] != stat_key(st):
+            return None
+        if entry[2] - st.st_mtime_ns < RACY_WINDOW_NS:
+            return None
+        return entry[1]
+
+    def put(self, relpath: str, st: os.stat_result, sha256: str, hashed_at_ns: int) -> None:
+        self._entries[relpath] = [stat_key(st), sha256, hashed_at_ns]
+        self._dirty = True
+
+    def retain(self, relpaths: set[str]) -> None:
+        for stale in set(self._entries) - relpaths:
+            del self._entries[stale]
+            self._dirty = True
+
+    def save(self) -> None:
+        if not (self._enabled and self._dirty):
+            return
+        try:
+            self._file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._file.with_name(f"{self._file.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(self._entries))
+            os.replace(tmp, self._file)
+            self._dirty = False
+        except OSError:
+            pass  # a cache that cannot be written only costs a re-hash next time
+
+
+def hash_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            if progress:
+                progress(len(chunk))
+    return digest.hexdigest()
+
+
+def copy_hashing(
+    source: IO[bytes], target: IO[bytes], progress: Callable[[int], None] | None = None
+) -> tuple[int, str]:
+    """Copy ``source`` to ``target`` and return (size, sha256) of the bytes copied.
+
+    Hashing runs in a helper thread while the main thread writes the same chunk
+    (hashlib and file writes release the GIL), so the copy costs about one pass.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    pending = None
+    while chunk := source.read(CHUNK):
+        if pending is not None:
+            pending.result()
+        pending = _hasher_pool.submit(digest.update, chunk)
+        target.write(chunk)
+        size += len(chunk)
+        if progress:
+            progress(len(chunk))
+    if pending is not None:
+        pending.result()
+    return size, digest.hexdigest()
+
+
+def now_ns() -> int:
+    return time.time_ns()

@@ -1,0 +1,138 @@
+"""The single-writer rule of a store, enforced.
+
+A store has one publisher at a time (the task that owns the checkpoint). Two
+publishers must never interleave, or one's garbage collection could delete blobs the
+other has uploaded but not yet committed.
+- Local stores: an exclusive ``fcntl.flock`` on ``<root>/.lock``; the kernel drops it
+  when the holder dies (kill -9 included), so there is nothing stale to clean.
+- Object stores have no lock primitive fsspec exposes, so a lease object ``lease``
+  (owner, host, pid, expiry) is written and read back. A lease held by a live other
+  owner blocks; an expired lease, or one whose owner was a dead process on this host,
+  is taken over. The lease is best effort across hosts (no compare-and-swap): two
+  publishers starting within the same second on different hosts could both win.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO
+
+from wrapper.checkpoint.errors import CheckpointBusyError
+from wrapper.checkpoint.storefs import StoreFS
+
+LEASE_KEY = "lease"
+LOCK_NAME = ".lock"
+
+
+class WriterLease:
+    def __init__(self, store: StoreFS, *, ttl_s: float = 600.0,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._ttl_s = ttl_s
+        self._wall = wall_clock
+        self._owner = uuid.uuid4().hex
+        self._lock_file: IO[bytes] | None = None
+
+    def acquire(self) -> None:
+        if self._store.is_local:
+            self._lock_local()
+        else:
+            self._lock_remote()
+
+    def release(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+        else:
+            current = _parse(self._store.read_bytes(LEASE_KEY))
+            if current.get("owner") == self._owner:
+                self._store.delete(LEASE_KEY)
+
+    def _lock_local(self) -> None:
+        path = self._store.local_path(LOCK_NAME)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("ab")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise _busy(self._store.url, "another process holds its lock file") from None
+        self._lock_file = handle
+
+    def _lock_remote(self) -> None:
+        current = _parse(self._store.read_bytes(LEASE_KEY))
+        if current and not self._stale(current):
+            raise _busy(self._store.url, f"lease held by {current.get('host')} "
+                        f"pid {current.get('pid')}")
+        self._write()
+        confirmed = _parse(self._store.read_bytes(LEASE_KEY))
+        if confirmed.get("owner") != self._owner:
+            raise _busy(self._store.url, "another publisher took the lease at the same time")
+
+    def refresh(self) -> None:
+        if self._lock_file is None:
+            self._write()
+
+    def _write(self) -> None:
+        lease = {"owner": self._owner, "host": socket.gethostname(), "pid": os.getpid(),
+                 "expires": self._wall() + self._ttl_s}
+        self._store.write_bytes(LEASE_KEY, json.dumps(lease).encode())
+
+    def _stale(self, lease: dict) -> bool:
+        if float(lease.get("expires", 0)) < self._wall():
+            return True
+        if lease.get("host") == socket.gethostname():
+            return not _pid_alive(int(lease.get("pid", 0)))
+        return False
+
+
+@contextmanager
+def writer_lease(store: StoreFS, *, wall_clock: Callable[[], float] = time.time
+                 ) -> Iterator[WriterLease]:
+    lease = WriterLease(store, wall_clock=wall_clock)
+    lease.acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _parse(raw: bytes | None) -> dict:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped) holds no lease either.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().split(b") ")[-1][:1] != b"Z"
+    except OSError:
+        return True
+
+
+def _busy(url: str, why: str) -> CheckpointBusyError:
+    return CheckpointBusyError(
+        f"store {url} is being published by someone else ({why})",
+        fix="a store has one writer: wait for the other publish to finish, or publish to "
+        "another URL",
+    )

@@ -1,0 +1,214 @@
+"""Manifests and the ``latest`` pointer: the two small JSON documents of a store.
+
+A manifest lists one checkpoint's files (relative path, size, sha256) plus its step,
+time and producer. The pointer is the single source of truth of which checkpoints are
+complete: it names the newest one and keeps the list of the last K complete ones, each
+with the sha256 of its manifest bytes, so a damaged manifest is detected before use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
+
+FORMAT = "resched-checkpoint/1"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_ID = re.compile(r"^[0-9A-Za-z._-]{1,120}$")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, "/"-separated, checked by safe_relpath
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Producer:
+    host: str
+    pid: int
+    version: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    checkpoint_id: str
+    step: int | None
+    time: float
+    producer: Producer
+    files: tuple[FileEntry, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.size for entry in self.files)
+
+    def same_content(self, other: Manifest) -> bool:
+        return self.step == other.step and self.files == other.files
+
+    def to_bytes(self) -> bytes:
+        data = {
+            "format": FORMAT,
+            "id": self.checkpoint_id,
+            "step": self.step,
+            "time": self.time,
+            "producer": vars(self.producer),
+            "files": [[e.path, e.size, e.sha256] for e in self.files],
+        }
+        return json.dumps(data, ensure_ascii=False, indent=0).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, where: str) -> Manifest:
+        data = _load_json(raw, where)
+        try:
+            producer = data.get("producer") or {}
+            files = tuple(_entry(item, where) for item in data["files"])
+            manifest = cls(
+                checkpoint_id=_checked_id(data["id"], where),
+                step=_optional_step(data.get("step"), where),
+                time=float(data["time"]),
+                producer=Producer(
+                    str(producer.get("host", "?")),
+                    int(producer.get("pid", 0)),
+                    str(producer.get("version", "?")),
+                ),
+                files=files,
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(f"manifest is malformed ({error})", where=where) from None
+        check_tree(manifest.files, where=where)
+        return manifest
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """One complete checkpoint as the pointer records it."""
+
+    checkpoint_id: str
+    step: int | None
+    time: float
+    manifest_sha256: str
+    files: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Pointer:
+    checkpoints: tuple[CheckpointRef, ...]  # newest first; [0] is latest
+
+    @property
+    def latest(self) -> CheckpointRef | None:
+        return self.checkpoints[0] if self.checkpoints else None
+
+    def to_bytes(self) -> bytes:
+        refs = [vars(ref) for ref in self.checkpoints]
+        data = {"format": FORMAT, "latest": refs[0]["checkpoint_id"] if refs else None,
+                "checkpoints": refs}
+        return json.dumps(data, indent=1).encode()
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, *, where: str) -> Pointer:
+        data = _load_json(raw, where)
+        try:
+            refs = tuple(
+                CheckpointRef(
+                    checkpoint_id=_checked_id(item["checkpoint_id"], where),
+                    step=_optional_step(item.get("step"), where),
+                    time=float(item["time"]),
+                    manifest_sha256=_checked_sha(item["manifest_sha256"], where),
+                    files=int(item["files"]),
+                    size=int(item["size"]),
+                )
+                for item in data["checkpoints"]
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CheckpointError(f"latest pointer is malformed ({error})", where=where) from None
+        return cls(refs)
+
+
+def manifest_ref(manifest: Manifest, raw: bytes) -> CheckpointRef:
+    return CheckpointRef(
+        checkpoint_id=manifest.checkpoint_id,
+        step=manifest.step,
+        time=manifest.time,
+        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+        files=len(manifest.files),
+        size=manifest.total_bytes,
+    )
+
+
+def safe_relpath(path: object, *, where: str) -> str:
+    """``path`` when it is a clean relative path that stays inside its directory."""
+    if not isinstance(path, str) or not path:
+        raise UnsafePathError(f"path {path!r} is not a non-empty string", where=where)
+    bad = (
+        "\x00" in path
+        or "\\" in path
+        or path.startswith("/")
+        or _DRIVE.match(path) is not None
+        or any(part in ("", ".", "..") for part in path.split("/"))
+    )
+    if bad:
+        raise UnsafePathError(
+            f"path {path!r} would escape the checkpoint directory",
+            where=where,
+            fix="a manifest path must be relative, '/'-separated, without '..', '.', "
+            "empty parts, backslashes or drive letters; the store may be tampered with",
+        )
+    return path
+
+
+def check_tree(entries: tuple[FileEntry, ...], *, where: str) -> None:
+    """Refuse duplicate paths and a file that is also another file's directory."""
+    paths = {entry.path for entry in entries}
+    if len(paths) != len(entries):
+        raise UnsafePathError("manifest lists a path twice", where=where)
+    for entry in entries:
+        parts = entry.path.split("/")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in paths:
+                raise UnsafePathError(
+                    f"path {entry.path!r} lies under a file of the same manifest", where=where
+                )
+
+
+def _entry(item: Any, where: str) -> FileEntry:
+    path, size, sha = item
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"bad size {size!r} for {path!r}")
+    return FileEntry(safe_relpath(path, where=where), size, _checked_sha(sha, where))
+
+
+def _checked_sha(value: object, where: str) -> str:
+    if not isinstance(value, str) or not _SHA256.match(value):
+        raise CheckpointError(f"{value!r} is not a sha256 hex digest", where=where)
+    return value
+
+
+def _checked_id(value: object, where: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value) or value in (".", ".."):
+        raise UnsafePathError(f"checkpoint id {value!r} is not a plain name", where=where)
+    return value
+
+
+def _optional_step(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"step {value!r} is not a non-negative int", where=where)
+    return value
+
+
+def _load_json(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        raise CheckpointError(f"not valid JSON ({error})", where=where) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointError(f"not a {FORMAT} document", where=where)
+    return data

@@ -1,0 +1,183 @@
+"""Publishing one snapshot: blobs, then the manifest, then the pointer; then cleanup.
+
+Order is the atomicity argument. A kill before the pointer write leaves the previous
+pointer, and every blob it references, untouched: new blobs and a new manifest are only
+ever ADDED before the pointer moves, and deletions happen only after it moved, and only
+of objects no committed manifest references.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
+from wrapper.checkpoint.hashing import HashCache, hash_file
+from wrapper.checkpoint.layout import (
+    OBJECTS,
+    POINTER_KEY,
+    blob_key,
+    blob_sha,
+    manifest_ids,
+    manifest_key,
+    new_checkpoint_id,
+    producer,
+    read_manifest,
+    read_pointer,
+)
+from wrapper.checkpoint.lease import WriterLease, writer_lease
+from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
+from wrapper.checkpoint.results import PublishResult
+from wrapper.checkpoint.snapshot import TEMP_TAG, LocalFile, Snapshot, check_unchanged
+from wrapper.checkpoint.storefs import StoreFS
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class StoreState:
+    pointer: Pointer
+    manifests: tuple[Manifest, ...]  # of pointer.checkpoints, same order
+    gc_safe: bool  # every committed manifest could be read: blob GC knows all references
+
+    def committed_blobs(self) -> dict[str, int]:
+        return {e.sha256: e.size for m in self.manifests for e in m.files}
+
+
+def load_state(store: StoreFS) -> StoreState:
+    pointer = read_pointer(store) or Pointer(())
+    manifests, gc_safe = [], True
+    for ref in pointer.checkpoints:
+        try:
+            manifests.append(read_manifest(store, ref))
+        except CheckpointError:
+            gc_safe = False  # a damaged manifest: keep every blob, it may be needed
+    return StoreState(pointer, tuple(manifests), gc_safe)
+
+
+def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, retention: int,
+                     cache: HashCache, progress: Progress | None = None,
+                     wall_clock: Callable[[], float] = time.time) -> PublishResult:
+    started = time.monotonic()
+    with writer_lease(store, wall_clock=wall_clock) as lease:
+        state = load_state(store)
+        uploads = _Uploads(store, state, cache, progress, lease)
+        try:
+            entries = uploads.run(snapshot.files)
+            check_unchanged(snapshot)
+        except SnapshotUnstableError:
+            uploads.discard()
+            raise
+        manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
+                            producer(), entries)
+        previous = state.manifests[0] if state.manifests else None
+        changed = previous is None or not previous.same_content(manifest)
+        if changed:
+            raw = manifest.to_bytes()
+            store.write_bytes(manifest_key(manifest.checkpoint_id), raw)
+            refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
+            store.write_bytes(POINTER_KEY, Pointer(refs).to_bytes())
+            kept = (manifest,) + state.manifests[: retention - 1]
+        else:
+            manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
+        cache.save()
+        deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe)
+    return PublishResult(
+        url=store.url, checkpoint_id=manifest.checkpoint_id, step=manifest.step,
+        files=len(manifest.files), size=manifest.total_bytes,
+        uploaded_files=uploads.sent_files, uploaded_bytes=uploads.sent_bytes, changed=changed,
+        seconds=time.monotonic() - started, deleted_manifests=deleted[0], deleted_blobs=deleted[1],
+    )
+
+
+class _Uploads:
+    """Send the blobs a snapshot needs that the store does not hold yet."""
+
+    def __init__(self, store: StoreFS, state: StoreState, cache: HashCache,
+                 progress: Progress | None, lease: WriterLease) -> None:
+        self.store, self.cache, self.progress, self.lease = store, cache, progress, lease
+        present = {sha: size for key, size in store.list_files(OBJECTS).items()
+                   if (sha := blob_sha(key))}
+        committed = state.committed_blobs()
+        # Local blobs are written tmp + rename under their own hash: any present one is
+        # whole. On object stores only blobs a committed manifest vouches for are reused:
+        # an orphan of a torn publish might hold bytes that changed during its upload.
+        self.trusted = present if store.is_local else {
+            sha: size for sha, size in present.items() if committed.get(sha) == size}
+        self.sent: list[str] = []
+        self.sent_files = self.sent_bytes = 0
+        self._count_lock = threading.Lock()
+        self._last_refresh = time.monotonic()
+
+    def run(self, files: tuple[LocalFile, ...]) -> tuple[FileEntry, ...]:
+        if self.store.is_local:
+            return tuple(self._one(f) for f in files)
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="resched-put") as pool:
+            return tuple(pool.map(self._one, files))
+
+    def _one(self, file: LocalFile) -> FileEntry:
+        size = file.stat.st_size
+        sha = self.cache.get(file.relpath, file.stat)
+        if sha is not None and self.trusted.get(sha) == size:
+            self._tick(size)
+            return FileEntry(file.relpath, size, sha)
+        hashed_at = time.time_ns()
+        if self.store.is_local:
+            size, sha, written = self.store.ingest_local(file.path, blob_key, self.progress)
+        else:
+            sha = sha or hash_file(file.path)
+            written = self.trusted.get(sha) != size
+            if written:
+                self.store.put_file(file.path, blob_key(sha))
+                self.sent.append(sha)
+            self._tick(size)
+        if size != file.stat.st_size:
+            raise SnapshotUnstableError(f"{file.path} changed size while it was published")
+        self.cache.put(file.relpath, file.stat, sha, hashed_at)
+        if written:
+            with self._count_lock:
+                self.sent_files += 1
+                self.sent_bytes += size
+        return FileEntry(file.relpath, size, sha)
+
+    def _tick(self, size: int) -> None:
+        if self.progress:
+            self.progress(size)
+        if time.monotonic() - self._last_refresh > 60:
+            self._last_refresh = time.monotonic()
+            self.lease.refresh()
+
+    def discard(self) -> None:
+        # The bytes sent may not match their names (the file changed under the upload).
+        for sha in self.sent:
+            self.store.delete(blob_key(sha))
+
+
+def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ...],
+                    gc_safe: bool) -> tuple[int, int]:
+    """Delete manifests the pointer does not name, then blobs no kept manifest uses."""
+    deleted_manifests = 0
+    for checkpoint_id, key in manifest_ids(store).items():
+        if checkpoint_id not in kept_ids:
+            store.delete(key)
+            deleted_manifests += 1
+    if store.is_local:  # temp files of a killed local write
+        for leftover in store.local_path("").glob(f"**/*{TEMP_TAG}*"):
+            leftover.unlink(missing_ok=True)
+    if not gc_safe:
+        return deleted_manifests, 0
+    referenced = {e.sha256 for m in kept for e in m.files}
+    deleted_blobs = 0
+    for key in store.list_files(OBJECTS):
+        if blob_sha(key) not in referenced:
+            store.delete(key)
+            deleted_blobs += 1
+            if store.is_local:  # drop the emptied objects/<xx>/ directory
+                try:
+                    store.local_path(key).parent.rmdir()
+                except OSError:
+                    pass
+    return deleted_manifests, deleted_blobs

@@ -1,0 +1,208 @@
+"""Restore the newest complete checkpoint that verifies; verify and list a store.
+
+Each file is downloaded next to its final place as ``<name>.resched-tmp-<id>`` while
+its sha256 is computed; only when EVERY file of a checkpoint matched its manifest are
+the temp files renamed into place. A checkpoint that fails leaves nothing behind, and
+the next older complete one is tried; the result says which ones were skipped and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
+from wrapper.checkpoint.hashing import CHUNK, copy_hashing
+from wrapper.checkpoint.layout import (
+    OBJECTS,
+    blob_key,
+    blob_sha,
+    manifest_ids,
+    read_manifest,
+    read_pointer,
+)
+from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
+from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
+from wrapper.checkpoint.retry import StoreOperationError
+from wrapper.checkpoint.snapshot import TEMP_TAG
+from wrapper.checkpoint.storefs import StoreFS
+
+Progress = Callable[[int], None]
+
+
+class _Unusable(Exception):
+    """This checkpoint cannot be restored (missing or mismatching file); try an older one."""
+
+
+def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = None
+                   ) -> RestoreResult | None:
+    started = time.monotonic()
+    pointer = read_pointer(store)
+    if pointer is None or not pointer.checkpoints:
+        return None
+    failed: list[str] = []
+    reasons: list[str] = []
+    for ref in pointer.checkpoints:
+        try:
+            manifest = read_manifest(store, ref)
+            _download_verified(store, manifest, target, progress)
+        except (_Unusable, CheckpointError) as why:
+            if isinstance(why, UnsafePathError):
+                raise
+            failed.append(ref.checkpoint_id)
+            reasons.append(f"{ref.checkpoint_id} (step {ref.step}): {why}")
+            continue
+        return RestoreResult(
+            url=store.url, local_dir=target, checkpoint_id=manifest.checkpoint_id,
+            step=manifest.step, files=len(manifest.files), size=manifest.total_bytes,
+            fell_back_from=tuple(failed), reason="; ".join(reasons) or None,
+            seconds=time.monotonic() - started,
+        )
+    raise CheckpointError(
+        f"no complete checkpoint in {store.url} passed verification: {'; '.join(reasons)}",
+        fix="run `resched checkpoint verify URL` to see the damage; an older copy of the "
+        "store, if any, is the only way back",
+    )
+
+
+def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
+                       progress: Progress | None) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:12]
+    staged: list[tuple[Path, Path]] = []
+    try:
+        places = [(e, _safe_destination(target, e.path)) for e in manifest.files]
+        for _, final in places:
+            staged.append((final.with_name(f"{final.name}{TEMP_TAG}{token}"), final))
+
+        def fetch(index: int) -> None:
+            entry, (tmp, _) = manifest.files[index], staged[index]
+            _fetch_one(store, entry, tmp, progress)
+
+        workers = 1 if store.is_local else 4
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
+            list(pool.map(fetch, range(len(places))))
+        for tmp, final in staged:
+            os.replace(tmp, final)
+        for folder in {final.parent for _, final in staged} | {target}:
+            _fsync_dir(folder)
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+
+
+def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None) -> None:
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+
+    def attempt() -> tuple[int, str]:
+        with store.open_read(blob_key(entry.sha256)) as src, open(tmp, "wb") as dst:
+            result = copy_hashing(src, dst, progress)
+            dst.flush()
+            os.fsync(dst.fileno())
+            return result
+
+    try:
+        size, sha = store.retry.call(attempt, what=f"download {entry.path}")
+    except StoreOperationError as error:
+        raise _Unusable(f"{entry.path}: {error}") from None
+    if size != entry.size or sha != entry.sha256:
+        raise _Unusable(f"{entry.path} does not match its manifest (size {size} vs "
+                        f"{entry.size}, sha256 {sha[:12]} vs {entry.sha256[:12]})")
+
+
+def _safe_destination(target: Path, relpath: str) -> Path:
+    """target/relpath, refusing any existing component that is a symlink or a non-dir."""
+    current = target
+    parts = relpath.split("/")
+    for depth, part in enumerate(parts):
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            continue
+        last = depth == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode) or (not last and not stat.S_ISDIR(st.st_mode)) or (
+                last and stat.S_ISDIR(st.st_mode)):
+            raise UnsafePathError(
+                f"cannot restore {relpath!r}: {current} is in the way (a symlink, or a "
+                "file where a directory belongs, or the reverse)",
+                fix="restore into an empty directory",
+            )
+    return current
+
+
+def list_checkpoints(store: StoreFS) -> list[CheckpointInfo]:
+    pointer = read_pointer(store) or Pointer(())
+    infos = [
+        CheckpointInfo(r.checkpoint_id, r.step, r.time, r.size, r.files, "complete", i == 0)
+        for i, r in enumerate(pointer.checkpoints)
+    ]
+    committed = {r.checkpoint_id for r in pointer.checkpoints}
+    for checkpoint_id, key in manifest_ids(store).items():
+        if checkpoint_id in committed:
+            continue
+        try:
+            manifest = Manifest.from_bytes(store.read_bytes(key) or b"", where=store.key(key))
+            infos.append(CheckpointInfo(checkpoint_id, manifest.step, manifest.time,
+                                        manifest.total_bytes, len(manifest.files), "torn"))
+        except CheckpointError:
+            infos.append(CheckpointInfo(checkpoint_id, None, 0.0, 0, 0, "torn"))
+    return sorted(infos, key=lambda info: info.time, reverse=True)
+
+
+def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyResult:
+    """Check every committed checkpoint: manifest intact, every blob present and hashing
+    to its name (each distinct blob is read once)."""
+    pointer = read_pointer(store) or Pointer(())
+    present = {sha: size for key, size in store.list_files(OBJECTS).items()
+               if (sha := blob_sha(key))}
+    verdicts: dict[str, str | None] = {}
+    checks = [_check(store, ref, present, verdicts, progress) for ref in pointer.checkpoints]
+    referenced = set(verdicts)
+    return VerifyResult(store.url, tuple(checks),
+                        orphan_blobs=len(set(present) - referenced))
+
+
+def _check(store: StoreFS, ref: CheckpointRef, present: dict[str, int],
+           verdicts: dict[str, str | None], progress: Progress | None) -> CheckpointCheck:
+    try:
+        manifest = read_manifest(store, ref)
+    except CheckpointError as error:
+        return CheckpointCheck(ref.checkpoint_id, ref.step, False, (str(error),))
+    problems = []
+    for entry in manifest.files:
+        if entry.sha256 not in verdicts:
+            verdicts[entry.sha256] = _blob_problem(store, entry, present, progress)
+        if verdicts[entry.sha256]:
+            problems.append(f"{entry.path}: {verdicts[entry.sha256]}")
+    return CheckpointCheck(ref.checkpoint_id, ref.step, not problems, tuple(problems))
+
+
+def _blob_problem(store: StoreFS, entry: FileEntry, present: dict[str, int],
+                  progress: Progress | None) -> str | None:
+    if entry.sha256 not in present:
+        return "blob missing"
+    if present[entry.sha256] != entry.size:
+        return f"blob has {present[entry.sha256]} bytes, manifest says {entry.size}"
+
+    def digest() -> str:
+        hasher = hashlib.sha256()
+        with store.open_read(blob_key(entry.sha256)) as handle:
+            while chunk := handle.read(CHUNK):
+                hasher.update(chunk)
+                if progress:
+                    progress(len(chunk))
+        return hasher.hexdigest()
+
+    try:
+        actual = store.retry.call(digest, what=f"read blob of {entry.path}")
+    except StoreOperationError as error:
+        return str(error)
+    return None if actual == entry.sha256 else f"blob content hashes to {actual[:12]}"

@@ -1,0 +1,116 @@
+"""CheckpointStore: the public face of the checkpoint store (see docs/checkpoint.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wrapper.checkpoint.errors import CheckpointError
+from wrapper.checkpoint.hashing import HashCache
+from wrapper.checkpoint.marker import read_marker
+from wrapper.checkpoint.publish import publish_snapshot
+from wrapper.checkpoint.restore import list_checkpoints, restore_latest, verify_store
+from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreResult, VerifyResult
+from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
+from wrapper.checkpoint.snapshot import check_publishable, take_snapshot
+from wrapper.checkpoint.storefs import StoreFS
+
+Progress = Callable[[int], None]
+
+
+class CheckpointStore:
+    """Atomic, incremental, verified checkpoints under one fsspec URL.
+
+    ``osmo_layout``: a directory lands under its base name, as OSMO's runtime does
+    (publishing /tmp/models to X uses the store X/models). ``list``/``verify`` then look
+    at the store of the last directory published or restored, or at ``url`` itself.
+    """
+
+    def __init__(self, url: str, *, retention: int = 3, osmo_layout: bool = False,
+                 storage_options: dict[str, Any] | None = None,
+                 retry: RetryPolicy | None = None, hash_cache: bool = True,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        if isinstance(retention, bool) or not isinstance(retention, int) or retention < 1:
+            raise CheckpointError(f"retention must be an integer >= 1, got {retention!r}",
+                                  fix="keep at least the latest checkpoint (--retention 1)")
+        if not url:
+            raise CheckpointError("checkpoint URL is empty", fix="pass a path or fsspec URL")
+        self.url = url
+        self.retention = retention
+        self.osmo_layout = osmo_layout
+        self._storage_options = storage_options
+        self._retry = retry or RetryPolicy()
+        self._hash_cache = hash_cache
+        self._wall_clock = wall_clock
+        self._last_root: str | None = None
+
+    def root_url(self, local_dir: Path | None = None) -> str:
+        if self.osmo_layout and local_dir is not None:
+            name = Path(os.path.abspath(local_dir)).name
+            return f"{self.url.rstrip('/')}/{name}"
+        return self._last_root or self.url
+
+    def _open(self, local_dir: Path | None) -> StoreFS:
+        root = self.root_url(local_dir)
+        if local_dir is not None:
+            self._last_root = root
+        return StoreFS(root, retry=self._retry, storage_options=self._storage_options)
+
+    def publish(self, local_dir: Path, step: int | None = None, *, settle_s: float = 0.0,
+                progress: Progress | None = None) -> PublishResult:
+        """Publish ``local_dir`` as a new checkpoint (step: given, else the marker's)."""
+        local_dir = Path(local_dir)
+        snapshot = take_snapshot(local_dir)
+        check_publishable(snapshot, now_ns=time.time_ns(), settle_s=settle_s)
+        if step is None:
+            step = read_marker(local_dir)
+        store = self._open(local_dir)
+        cache = HashCache(local_dir, enabled=self._hash_cache)
+        try:
+            return publish_snapshot(store, snapshot, step=step, retention=self.retention,
+                                    cache=cache, progress=progress, wall_clock=self._wall_clock)
+        except StoreOperationError as error:
+            raise CheckpointError(
+                f"publish of {local_dir} to {store.url} failed: {error}",
+                fix="check that the store is reachable and writable; the previous "
+                "checkpoint is still the latest",
+            ) from None
+        except OSError as error:
+            raise CheckpointError(f"publish of {local_dir} failed: {error}") from None
+
+    def restore(self, local_dir: Path, *, allow_nonempty: bool = False,
+                progress: Progress | None = None) -> RestoreResult | None:
+        """Restore the newest complete checkpoint that verifies; None if the store is empty."""
+        local_dir = Path(local_dir)
+        if local_dir.exists() and not local_dir.is_dir():
+            raise CheckpointError(f"{local_dir} exists and is not a directory",
+                                  fix="restore into a directory")
+        if not allow_nonempty and local_dir.is_dir() and any(local_dir.iterdir()):
+            raise CheckpointError(
+                f"{local_dir} is not empty; restoring would overwrite files in it",
+                fix="restore into an empty directory, or pass --force (allow_nonempty=True) "
+                "to overwrite the checkpoint's files and keep the others",
+            )
+        store = self._open(local_dir)
+        try:
+            return restore_latest(store, local_dir, progress=progress)
+        except StoreOperationError as error:
+            raise CheckpointError(f"restore from {store.url} failed: {error}",
+                                  fix="check that the store is reachable") from None
+
+    def list(self) -> list[CheckpointInfo]:
+        return self._guard(lambda store: list_checkpoints(store))
+
+    def verify(self, *, progress: Progress | None = None) -> VerifyResult:
+        return self._guard(lambda store: verify_store(store, progress=progress))
+
+    def _guard(self, operation: Callable[[StoreFS], Any]) -> Any:
+        store = self._open(None)
+        try:
+            return operation(store)
+        except StoreOperationError as error:
+            raise CheckpointError(f"cannot read store {store.url}: {error}",
+                                  fix="check the URL and that the store is reachable") from None
