@@ -1,0 +1,334 @@
+"""Classify how a training attempt ended: evidence + rules -> a Diagnosis.
+
+The evidence is the exit status, the log lines that matched a rule while they streamed
+(:class:`LineScanner`), torchelastic error files, the launcher's failure summary and the
+Megatron tracker file. The winner is the first rule, in precedence order, whose match
+holds; rules marked ``cascade`` (symptoms such as watchdog timeouts) win only when no
+other rule matches, so the original reason is what the user reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wrapper.launcher_logs import (
+    LauncherReport,
+    SummaryBlock,
+    error_file_text_lines,
+    recover,
+)
+from wrapper.rules import Escalation, Match, Rule, RuleSet
+from wrapper.scanner import LineScanner, LogHit
+
+__all__ = [
+    "Diagnosis", "Evidence", "EvidenceLine", "LineScanner", "LogHit",
+    "classify", "classify_artifacts", "format_diagnosis",
+]
+
+_EVIDENCE_HITS = 6  # log lines shown per diagnosis
+_SUMMARY_TAIL_LINES = 800  # tail of each log searched for a ChildFailedError table
+
+
+@dataclass(frozen=True)
+class Evidence:
+    exit_code: int | None
+    signal: int | None = None
+    hits: tuple[LogHit, ...] = ()
+    error_files: tuple[Path, ...] = ()
+    launcher_summary_lines: tuple[str, ...] = ()
+    tracker_file: Path | None = None
+    hung: bool = False
+    stop_signal: str | None = None
+    expect_finished: bool = False
+    finished: bool = False
+    launcher: str | None = None
+
+
+@dataclass(frozen=True)
+class EvidenceLine:
+    source: str
+    lineno: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    rule_id: str
+    category: str
+    decision: str
+    hint: str
+    evidence: tuple[EvidenceLine, ...]
+    rank_exit_codes: Mapping[int, int]
+    root_cause_rank: int | None
+    exclude_node: bool
+    counts_as_failure: bool
+    # what the policy needs from the rule (additive to the contract)
+    escalate: Escalation | None = None
+    deterministic: bool = False
+    cascade: bool = False
+    status: str = ""  # "exit 1 (torchrun), rank 1 exit 16"
+    also_matched: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule_id,
+            "category": self.category,
+            "decision": self.decision,
+            "hint": self.hint,
+            "status": self.status,
+            "evidence": [{"source": e.source, "line": e.lineno, "text": e.text} for e in self.evidence],
+            "rank_exit_codes": {str(rank): code for rank, code in self.rank_exit_codes.items()},
+            "root_cause_rank": self.root_cause_rank,
+            "exclude_node": self.exclude_node,
+            "counts_as_failure": self.counts_as_failure,
+            "cascade": self.cascade,
+            "deterministic": self.deterministic,
+            "escalate": None if self.escalate is None else {
+                "after": self.escalate.after, "to": self.escalate.to, "scope": self.escalate.scope,
+            },
+            "also_matched": list(self.also_matched),
+        }
+
+
+@dataclass(frozen=True)
+class _Facts:
+    codes: frozenset[int]  # exit codes; a signal S also appears as 128+S
+    signals: frozenset[int]
+    failed: bool
+    hits_by_rule: Mapping[str, tuple[LogHit, ...]]
+    exception_types: frozenset[str]
+    tracker_status: str | None
+    launcher: str | None
+    hung: bool
+    stop_requested: bool
+    expect_finished: bool
+    finished: bool
+
+
+def _status_sets(pairs: Iterable[tuple[int | None, int | None]]) -> tuple[frozenset[int], frozenset[int]]:
+    codes: set[int] = set()
+    signals: set[int] = set()
+    for code, sig in pairs:
+        if code is not None and code < 0:  # torchelastic reports a signal as -N
+            code, sig = None, -code
+        if code is not None:
+            codes.add(code)
+            if 128 < code < 160:
+                signals.add(code - 128)
+        if sig is not None:
+            signals.add(sig)
+            codes.add(128 + sig)
+    return frozenset(codes), frozenset(signals)
+
+
+def _facts(evidence: Evidence, report: LauncherReport, hits: Sequence[LogHit]) -> _Facts:
+    pairs: list[tuple[int | None, int | None]] = [(evidence.exit_code, evidence.signal)]
+    if report.root_cause is not None:
+        pairs.append((report.root_cause.exit_code, None))
+    codes, signals = _status_sets(pairs)
+    by_rule: dict[str, list[LogHit]] = {}
+    for hit in hits:
+        by_rule.setdefault(hit.rule_id, []).append(hit)
+    exc: set[str] = set()
+    for name in report.exception_types:
+        exc.update({name, name.rsplit(".", 1)[-1]})
+    failed = not (evidence.exit_code == 0 and evidence.signal is None)
+    tracker = report.tracker_events[-1].status if report.tracker_events else None
+    return _Facts(
+        codes=codes, signals=signals, failed=failed,
+        hits_by_rule={k: tuple(v) for k, v in by_rule.items()},
+        exception_types=frozenset(exc), tracker_status=tracker, launcher=evidence.launcher,
+        hung=evidence.hung, stop_requested=evidence.stop_signal is not None,
+        expect_finished=evidence.expect_finished, finished=evidence.finished,
+    )
+
+
+def _block_hits(block: Match, hits: Sequence[LogHit]) -> list[LogHit]:
+    return [h for h in hits if any(p.search(h.text) for p in block.patterns)]
+
+
+def _block_matches(block: Match, facts: _Facts, rule_id: str) -> bool:
+    if block.exit_codes is not None and not block.exit_codes & facts.codes:
+        return False
+    if block.signals is not None and not block.signals & facts.signals:
+        return False
+    if not block.requires_status and not facts.failed:
+        return False
+    flags = (
+        (block.hung, facts.hung), (block.stop_requested, facts.stop_requested),
+        (block.expect_finished, facts.expect_finished), (block.finished, facts.finished),
+    )
+    if any(want is not None and want != have for want, have in flags):
+        return False
+    if block.launcher is not None and facts.launcher not in block.launcher:
+        return False
+    if block.exception_types is not None and not block.exception_types & facts.exception_types:
+        return False
+    if block.tracker_status is not None and facts.tracker_status not in block.tracker_status:
+        return False
+    return not block.patterns or bool(_block_hits(block, facts.hits_by_rule.get(rule_id, ())))
+
+
+def _catch_all(rule: Rule) -> bool:
+    return all(block == Match() for block in rule.matches)
+
+
+def _rule_matches(rule: Rule, facts: _Facts) -> bool:
+    return any(_block_matches(block, facts, rule.id) for block in rule.matches)
+
+
+_FALLBACK_FAILURE = Rule(
+    id="unknown-failure", category="unknown", decision="retry", matches=(Match(),),
+    source="<built-in>", deterministic=True, escalate=Escalation(after=2, to="reschedule"),
+    hint="No rule matched this failure. Add a rule for it with --rules FILE.yaml.",
+)
+_FALLBACK_SUCCESS = Rule(
+    id="complete", category="complete", decision="complete", matches=(Match(exit_codes=frozenset({0})),),
+    source="<built-in>", counts_as_failure=False, hint="Exit 0.",
+)
+
+
+def _choose(rules: RuleSet, facts: _Facts) -> tuple[Rule, list[Rule]]:
+    matched = [rule for rule in rules.rules if _rule_matches(rule, facts)]
+    primary = [r for r in matched if not r.cascade and not r.exhausts_retries]
+    modifiers = [r for r in matched if r.exhausts_retries and not r.cascade]
+    cascades = [r for r in matched if r.cascade]
+    for group in (primary, modifiers, cascades):
+        if group:
+            return group[0], matched
+    return (_FALLBACK_FAILURE if facts.failed else _FALLBACK_SUCCESS), matched
+
+
+def _status_text(evidence: Evidence, report: LauncherReport) -> str:
+    if evidence.signal is not None:
+        text = f"signal {evidence.signal}"
+    elif evidence.exit_code is None:
+        text = "exit status unknown"
+    else:
+        text = f"exit {evidence.exit_code}"
+    if evidence.launcher:
+        text += f" ({evidence.launcher})"
+    root = report.root_cause
+    if root is not None:
+        hidden = " (hidden by the launcher)" if evidence.exit_code == 1 and root.exit_code not in (None, 1) else ""
+        text += f", root cause {root.describe()}{hidden}"
+    if evidence.hung:
+        text += ", killed by resched's hang detector"
+    if evidence.stop_signal:
+        text += f", resched was asked to stop ({evidence.stop_signal})"
+    return text
+
+
+def _evidence_lines(rule: Rule, facts: _Facts, report: LauncherReport, status: str) -> tuple[EvidenceLine, ...]:
+    lines = [EvidenceLine(source="status", lineno=0, text=status)]
+    if report.root_cause is not None:
+        root = report.root_cause
+        lines.append(EvidenceLine(source=root.source, lineno=root.lineno, text=root.describe()))
+    if report.tracker_events:
+        event = report.tracker_events[-1]
+        lines.append(EvidenceLine(source=event.source, lineno=event.lineno, text=event.text))
+    rule_hits = facts.hits_by_rule.get(rule.id, ())
+    for hit in rule_hits[:_EVIDENCE_HITS]:
+        lines.append(EvidenceLine(source=hit.stream, lineno=hit.lineno, text=hit.text))
+    return tuple(lines)
+
+
+def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Sequence[LogHit]) -> Diagnosis:
+    facts = _facts(evidence, report, hits)
+    rule, matched = _choose(rules, facts)
+    decision, hint = rule.decision, rule.hint
+    exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
+    if exhausted is not None and decision == "retry":
+        decision = "reschedule"
+        hint = f"{hint} {exhausted.hint}".strip()
+    status = _status_text(evidence, report)
+    return Diagnosis(
+        rule_id=rule.id, category=rule.category, decision=decision, hint=hint,
+        evidence=_evidence_lines(rule, facts, report, status),
+        rank_exit_codes=report.rank_exit_codes, root_cause_rank=report.root_cause_rank,
+        exclude_node=rule.exclude_node, counts_as_failure=rule.counts_as_failure,
+        escalate=rule.escalate, deterministic=rule.deterministic, cascade=rule.cascade,
+        status=status, also_matched=tuple(r.id for r in matched if r is not rule and not _catch_all(r)),
+    )
+
+
+def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
+    for path in error_files:
+        for line in error_file_text_lines(Path(path)):
+            scanner.feed(line, stream=str(path))
+
+
+def classify(evidence: Evidence, rules: RuleSet) -> Diagnosis:
+    """Diagnose one attempt from what the supervisor collected."""
+    report = recover(
+        error_files=evidence.error_files,
+        summaries=[SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)],
+        tracker_file=evidence.tracker_file,
+    )
+    scanner = LineScanner(rules)
+    _error_file_hits(scanner, evidence.error_files)
+    hits = sorted(evidence.hits, key=lambda h: h.seq) + list(scanner.hits)
+    return _diagnose(evidence, rules, report, hits)
+
+
+def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
+    tail: deque[str] = deque(maxlen=_SUMMARY_TAIL_LINES)
+    count = 0
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        for line in handle:
+            count += 1
+            scanner.feed(line, stream=str(path))
+            tail.append(line)
+    return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
+
+
+def classify_artifacts(
+    *,
+    logs: Sequence[Path],
+    error_files: Sequence[Path],
+    exit_code: int | None,
+    signal: int | None,
+    rules: RuleSet,
+    tracker_file: Path | None = None,
+    hung: bool = False,
+    stop_signal: str | None = None,
+    expect_finished: bool = False,
+    finished: bool = False,
+    launcher: str | None = None,
+) -> Diagnosis:
+    """Diagnose saved artifacts (what ``resched classify`` runs)."""
+    scanner = LineScanner(rules)
+    summaries = [_scan_log(Path(path), scanner) for path in logs]
+    _error_file_hits(scanner, error_files)
+    report = recover(error_files=tuple(error_files), summaries=summaries, tracker_file=tracker_file)
+    evidence = Evidence(
+        exit_code=exit_code, signal=signal, error_files=tuple(error_files), tracker_file=tracker_file,
+        hung=hung, stop_signal=stop_signal, expect_finished=expect_finished, finished=finished,
+        launcher=launcher,
+    )
+    return _diagnose(evidence, rules, report, scanner.hits)
+
+
+def format_diagnosis(diagnosis: Diagnosis) -> str:
+    """The human text ``resched classify`` prints."""
+    out = [
+        f"rule: {diagnosis.rule_id}   category: {diagnosis.category}   decision: {diagnosis.decision}",
+        f"status: {diagnosis.status}",
+    ]
+    if diagnosis.rank_exit_codes:
+        codes = ", ".join(f"rank {r}: {c}" for r, c in diagnosis.rank_exit_codes.items())
+        out.append(f"rank exit codes: {codes}; root cause rank: {diagnosis.root_cause_rank}")
+    if diagnosis.exclude_node:
+        out.append("node: mark for exclusion")
+    out.append("evidence:")
+    for line in diagnosis.evidence[1:] or diagnosis.evidence:
+        where = f"{line.source} line {line.lineno}" if line.lineno else line.source
+        out.append(f"  {where}: {line.text}")
+    if diagnosis.also_matched:
+        out.append(f"also matched: {', '.join(diagnosis.also_matched)}")
+    out.append(f"hint: {diagnosis.hint}")
+    return "\n".join(out)

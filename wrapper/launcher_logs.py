@@ -1,0 +1,380 @@
+"""Recover per-rank exit codes and the root-cause rank that torchrun / ft_launcher hide.
+
+Both launchers turn a worker's exit 16 / 17 (or an exception) into their own exit 1.
+Three artifacts still say what happened, and this module reads all three:
+
+- torchelastic error files (``@record`` writes ``{"message": {"message": "<Type>:
+  <msg>", "extraInfo": {"py_callstack": ..., "timestamp": "<epoch>"}}}``; the agent's
+  copy adds ``errorCode``);
+- the launcher's ``ChildFailedError`` failure summary (``rank : N``, ``exitcode : N
+  (pid: P)``, ``time``, ``error_file``, ``traceback`` per failure, and a
+  ``Root Cause (first observed failure)`` section), plus the agent's
+  ``failed (exitcode: N) local_rank: R`` line;
+- the Megatron tracker file (``ts= node= device= jobID= rank= iteration= status=
+  result= message=`` per line).
+
+The root cause is the earliest failure, not the cascade: the launcher's own root-cause
+entry when it printed one, otherwise the smallest timestamp, preferring a rank that was
+not merely SIGTERMed by the agent after another rank failed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_EXCEPTION_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error\w*)(?::\s?(.*))?$")
+_SUMMARY_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_SUMMARY_RANK_RE = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
+_SUMMARY_EXIT_RE = re.compile(r"(-?\d+)\s*\(pid:\s*(\d+)\)")
+_AGENT_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_ERROR_FILE_RANK_RE = re.compile(r"/attempt_\d+/(\d+)/error\.json$")
+_TRACKER_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
+_AGENT_SIGTERM_CODES = (-15, 143)  # the agent stops the other workers with SIGTERM
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One failed worker as one artifact reports it."""
+
+    rank: int | None
+    exit_code: int | None
+    source: str
+    lineno: int = 0
+    local_rank: int | None = None
+    timestamp: float | None = None
+    exception_type: str | None = None
+    message: str = ""
+    error_file: str | None = None
+    host: str | None = None
+    marked_root_cause: bool = False
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that killed the worker (torchelastic reports it as -N)."""
+        if self.exit_code is not None and self.exit_code < 0:
+            return -self.exit_code
+        return None
+
+    def describe(self) -> str:
+        parts = [f"rank {self.rank}" if self.rank is not None else "a worker"]
+        if self.exit_code is not None:
+            parts.append(f"signal {self.signal}" if self.signal else f"exit {self.exit_code}")
+        if self.exception_type:
+            parts.append(f"{self.exception_type}: {self.message}".rstrip(": ")[:200])
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class TrackerEvent:
+    """One line of the Megatron --result-rejected-tracker-filename file."""
+
+    fields: Mapping[str, str]
+    source: str
+    lineno: int
+    text: str
+
+    @property
+    def status(self) -> str | None:
+        return self.fields.get("status")
+
+    @property
+    def rank(self) -> int | None:
+        return _int_or_none(self.fields.get("rank"))
+
+
+@dataclass(frozen=True)
+class LauncherReport:
+    failures: tuple[RankFailure, ...] = ()
+    root_cause: RankFailure | None = None
+    tracker_events: tuple[TrackerEvent, ...] = field(default=())
+
+    @property
+    def rank_exit_codes(self) -> dict[int, int]:
+        codes: dict[int, int] = {}
+        for failure in self.failures:
+            if failure.rank is not None and failure.exit_code is not None:
+                codes.setdefault(failure.rank, failure.exit_code)
+        return dict(sorted(codes.items()))
+
+    @property
+    def root_cause_rank(self) -> int | None:
+        if self.root_cause is not None and self.root_cause.rank is not None:
+            return self.root_cause.rank
+        for event in reversed(self.tracker_events):
+            if event.rank is not None:
+                return event.rank
+        return None
+
+    @property
+    def exception_types(self) -> tuple[str, ...]:
+        """Exception types, the root cause's first."""
+        ordered = ([self.root_cause] if self.root_cause else []) + list(self.failures)
+        seen: dict[str, None] = {}
+        for failure in ordered:
+            if failure.exception_type:
+                seen.setdefault(failure.exception_type, None)
+        return tuple(seen)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def split_exception(message: str) -> tuple[str | None, str]:
+    """``"KeyError: 'x'"`` -> ``("KeyError", "'x'")``; not an exception line -> (None, message)."""
+    found = _EXCEPTION_RE.match(message.strip())
+    if not found:
+        return None, message
+    return found.group(1), (found.group(2) or "").strip()
+
+
+def parse_error_file(path: Path) -> RankFailure | None:
+    """Read one torchelastic error file; None when it is missing or not JSON."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    message_obj = data.get("message")
+    text, timestamp = "", None
+    if isinstance(message_obj, Mapping):
+        text = str(message_obj.get("message", ""))
+        extra = message_obj.get("extraInfo") or {}
+        if isinstance(extra, Mapping):
+            timestamp = _float_or_none(extra.get("timestamp"))
+    elif isinstance(message_obj, str):
+        text = message_obj
+    if timestamp is None:
+        timestamp = _float_or_none(data.get("timestamp"))
+    exc_type, msg = split_exception(text.splitlines()[0] if text else "")
+    rank_match = _ERROR_FILE_RANK_RE.search(str(path))
+    local_rank = int(rank_match.group(1)) if rank_match else None
+    rank = _int_or_none(str(data["rank"])) if "rank" in data else local_rank
+    code = data.get("errorCode")
+    return RankFailure(
+        rank=rank,
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        source=str(path),
+        lineno=1,
+        local_rank=local_rank,
+        timestamp=timestamp,
+        exception_type=exc_type,
+        message=msg,
+        error_file=str(path),
+    )
+
+
+def error_file_text_lines(path: Path) -> list[str]:
+    """The message and callstack of an error file, as lines a LineScanner can scan."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return []
+    message_obj = data.get("message") if isinstance(data, Mapping) else None
+    if isinstance(message_obj, str):
+        return message_obj.splitlines()
+    if not isinstance(message_obj, Mapping):
+        return []
+    lines = str(message_obj.get("message", "")).splitlines()
+    extra = message_obj.get("extraInfo") or {}
+    if isinstance(extra, Mapping):
+        lines += str(extra.get("py_callstack", "")).splitlines()
+    return lines
+
+
+def _float_or_none(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _summary_time(text: str) -> float | None:
+    try:
+        return datetime.fromisoformat(text.strip().replace("_", "T")).timestamp()
+    except ValueError:
+        return None
+
+
+def parse_failure_summary(lines: Sequence[str], source: str = "log", first_lineno: int = 1) -> list[RankFailure]:
+    """Failures listed in ChildFailedError tables (and agent ``failed (exitcode`` lines)."""
+    failures: list[RankFailure] = []
+    current: dict[str, Any] | None = None
+    in_root = in_table = False
+    for offset, raw in enumerate(lines):
+        line = strip_ansi(raw).rstrip("\n")
+        lineno = first_lineno + offset
+        if "Root Cause (first observed failure)" in line or line.strip() == "Failures:":
+            in_root, in_table = "Root Cause" in line, True
+            continue
+        if in_table and line.strip().startswith("====="):  # the table's closing border
+            in_table = in_root = False
+        agent = _AGENT_FAILED_RE.search(line)
+        if agent:
+            failures.append(RankFailure(
+                rank=None, local_rank=int(agent.group(2)), exit_code=int(agent.group(1)),
+                source=source, lineno=lineno,
+            ))
+            continue
+        found = _SUMMARY_FIELD_RE.match(line) if in_table else None
+        if not found:
+            if current is not None and current.get("in_traceback"):
+                _note_traceback_line(current, line)
+            continue
+        key, value = found.group(1), found.group(2).strip()
+        if key == "time":
+            if current is not None:
+                failures.append(_finish_entry(current, source))
+            current = {"time": _summary_time(value), "root": in_root, "lineno": lineno}
+        elif current is not None:
+            current["in_traceback"] = key == "traceback"
+            current[key] = value
+            if key == "traceback":
+                _note_traceback_line(current, value)
+    if current is not None:
+        failures.append(_finish_entry(current, source))
+    return [f for f in failures if f.rank is not None or f.local_rank is not None]
+
+
+def _note_traceback_line(entry: dict[str, Any], line: str) -> None:
+    text = line.strip()
+    exc_type, msg = split_exception(text)
+    if exc_type and not text.startswith("Traceback"):
+        entry["exception"] = (exc_type, msg)
+
+
+def _finish_entry(entry: Mapping[str, Any], source: str) -> RankFailure:
+    rank_match = _SUMMARY_RANK_RE.match(str(entry.get("rank", "")))
+    exit_match = _SUMMARY_EXIT_RE.match(str(entry.get("exitcode", "")))
+    exc_type, msg = entry.get("exception", (None, ""))
+    error_file = entry.get("error_file")
+    return RankFailure(
+        rank=int(rank_match.group(1)) if rank_match else None,
+        local_rank=int(rank_match.group(2)) if rank_match and rank_match.group(2) else None,
+        exit_code=int(exit_match.group(1)) if exit_match else None,
+        source=source,
+        lineno=int(entry.get("lineno", 0)),
+        timestamp=entry.get("time"),
+        exception_type=exc_type,
+        message=msg,
+        error_file=None if error_file in (None, "<N/A>") else str(error_file),
+        host=entry.get("host"),
+        marked_root_cause=bool(entry.get("root")),
+    )
+
+
+def parse_tracker(path: Path) -> list[TrackerEvent]:
+    """Events of a Megatron tracker file; unreadable -> []. ``message=`` takes the rest."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    events = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        fields = parse_tracker_line(line)
+        if fields:
+            events.append(TrackerEvent(fields=fields, source=str(path), lineno=lineno, text=line.strip()))
+    return events
+
+
+def parse_tracker_line(line: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    keys = list(_TRACKER_KEY_RE.finditer(line))
+    for i, key in enumerate(keys):
+        if key.group(1) == "message":
+            fields["message"] = line[key.end():].strip()
+            break
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        fields[key.group(1)] = line[key.end():end].strip().strip('"')
+    return fields if "status" in fields or "result" in fields else {}
+
+
+def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
+    """One entry per rank: summary entries enriched by their error files."""
+    by_key: dict[tuple[str, int], RankFailure] = {}
+    order: list[tuple[str, int]] = []
+    for failure in failures:
+        key = ("rank", failure.rank) if failure.rank is not None else ("local", failure.local_rank or 0)
+        if failure.rank is None:
+            # an agent line names only the local rank: attach it to a known rank if one matches
+            for known_key, known in by_key.items():
+                if known.local_rank == failure.local_rank and known_key[0] == "rank":
+                    key = known_key
+                    break
+        known = by_key.get(key)
+        if known is None:
+            by_key[key] = failure
+            order.append(key)
+            continue
+        by_key[key] = replace(
+            known,
+            exit_code=known.exit_code if known.exit_code is not None else failure.exit_code,
+            timestamp=known.timestamp if known.timestamp is not None else failure.timestamp,
+            exception_type=known.exception_type or failure.exception_type,
+            message=known.message or failure.message,
+            error_file=known.error_file or failure.error_file,
+            marked_root_cause=known.marked_root_cause or failure.marked_root_cause,
+        )
+    return [by_key[k] for k in order]
+
+
+def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
+    if not failures:
+        return None
+    marked = [f for f in failures if f.marked_root_cause]
+    if marked:
+        return marked[0]
+
+    def key(f: RankFailure) -> tuple[int, float, int]:
+        cascade = 1 if f.exit_code in _AGENT_SIGTERM_CODES else 0
+        return (cascade, f.timestamp if f.timestamp is not None else float("inf"), f.rank if f.rank is not None else 1 << 30)
+
+    return min(failures, key=key)
+
+
+@dataclass(frozen=True)
+class SummaryBlock:
+    """Lines that may hold a failure summary, with where they came from."""
+
+    source: str
+    lines: tuple[str, ...]
+    first_lineno: int = 1
+
+
+def recover(
+    *,
+    error_files: Sequence[Path] = (),
+    summaries: Sequence[SummaryBlock] = (),
+    tracker_file: Path | None = None,
+) -> LauncherReport:
+    """Per-rank codes, the root-cause failure and tracker events from all artifacts."""
+    from_summary = [
+        failure
+        for block in summaries
+        for failure in parse_failure_summary(block.lines, source=block.source, first_lineno=block.first_lineno)
+    ]
+    from_files = [f for f in (parse_error_file(Path(p)) for p in error_files) if f is not None]
+    # match error files to summary entries by path, so they take the summary's global rank
+    summary_by_file = {f.error_file: f for f in from_summary if f.error_file}
+    enriched = []
+    for failure in from_files:
+        entry = summary_by_file.get(failure.error_file)
+        enriched.append(replace(failure, rank=entry.rank) if entry is not None and entry.rank is not None else failure)
+    failures = _merge(from_summary + enriched)
+    events = tuple(parse_tracker(tracker_file)) if tracker_file is not None else ()
+    return LauncherReport(failures=tuple(failures), root_cause=_root_cause(failures), tracker_events=events)

@@ -1,0 +1,380 @@
+"""Failure rules as data: load, validate and order the rule catalogue.
+
+A rule says what it matches (exit codes, signals, log regexes, torchelastic
+error-file exception types, Megatron tracker statuses, the launcher, run-state flags),
+which category the failure is in, what to decide, and a hint for the user. The shipped
+catalogue is ``wrapper/catalogue.yaml``; users add rules with ``--rules FILE.yaml``.
+
+Precedence is deterministic: user files first, in the order given, then the catalogue;
+within a file, file order. A user rule with the id of a catalogue rule replaces it.
+The format is documented in docs/rules.md.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wrapper.errors import ReschedError
+
+DECISIONS = ("complete", "retry", "reschedule", "abort")
+ESCALATION_SCOPES = ("node", "job")
+CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
+
+_RULE_KEYS = {
+    "id", "category", "decision", "hint", "match", "cascade", "exclude_node",
+    "counts_as_failure", "escalate", "deterministic", "exhausts_retries",
+}
+_MATCH_KEYS = {
+    "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
+    "launcher", "hung", "stop_requested", "expect_finished", "finished",
+}
+_BOOL_MATCH_KEYS = ("hung", "stop_requested", "expect_finished", "finished")
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+_LEADING_FLAGS_RE = re.compile(r"^\(\?([aiLmsux]+)\)")
+
+
+class RulesError(ReschedError):
+    """A rules file is unreadable or a rule in it is invalid (names file, rule, field)."""
+
+
+@dataclass(frozen=True)
+class Escalation:
+    """After ``after`` earlier occurrences of the rule (on this node, or anywhere in
+    the job), the decision becomes ``to``."""
+
+    after: int
+    to: str
+    scope: str = "job"
+
+
+@dataclass(frozen=True)
+class Match:
+    """One set of conditions; all that are set must hold."""
+
+    exit_codes: frozenset[int] | None = None
+    signals: frozenset[int] | None = None
+    patterns: tuple[re.Pattern[str], ...] = ()
+    exception_types: frozenset[str] | None = None
+    tracker_status: frozenset[str] | None = None
+    launcher: frozenset[str] | None = None
+    hung: bool | None = None
+    stop_requested: bool | None = None
+    expect_finished: bool | None = None
+    finished: bool | None = None
+
+    @property
+    def requires_status(self) -> bool:
+        """True when the block names exit codes or signals explicitly."""
+        return self.exit_codes is not None or self.signals is not None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    category: str
+    decision: str
+    hint: str
+    matches: tuple[Match, ...]
+    source: str
+    cascade: bool = False
+    exclude_node: bool = False
+    counts_as_failure: bool = True
+    escalate: Escalation | None = None
+    deterministic: bool = False
+    exhausts_retries: bool = False
+
+    @property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        """Every log pattern of the rule (all match blocks), without duplicates."""
+        seen: dict[str, re.Pattern[str]] = {}
+        for block in self.matches:
+            for pattern in block.patterns:
+                seen.setdefault(pattern.pattern, pattern)
+        return tuple(seen.values())
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Rules in precedence order (first match wins; cascades only when nothing else)."""
+
+    rules: tuple[Rule, ...]
+    sources: tuple[str, ...] = ()
+
+    def by_id(self, rule_id: str) -> Rule | None:
+        for rule in self.rules:
+            if rule.id == rule_id:
+                return rule
+        return None
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+
+def load_rules(user_files: Sequence[Path] = ()) -> RuleSet:
+    """The shipped catalogue plus user rule files; user rules take precedence."""
+    user_rules: list[Rule] = []
+    seen_user: set[str] = set()
+    for path in user_files:
+        for rule in load_rule_file(Path(path)):
+            if rule.id in seen_user:
+                raise RulesError(
+                    f"rule '{rule.id}' is defined in more than one user rules file",
+                    where=str(path),
+                    fix="give each rule a unique id",
+                )
+            seen_user.add(rule.id)
+            user_rules.append(rule)
+    catalogue = [rule for rule in load_rule_file(CATALOGUE_PATH) if rule.id not in seen_user]
+    sources = tuple(str(p) for p in user_files) + (str(CATALOGUE_PATH),)
+    return RuleSet(rules=tuple(user_rules + catalogue), sources=sources)
+
+
+def load_rule_file(path: Path) -> tuple[Rule, ...]:
+    """Parse and validate one rules file (a mapping with `rules:` or a plain list)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise RulesError(
+            f"cannot read rules file: {error.strerror or error}", where=str(path)
+        ) from error
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(error, "problem", None) or str(error)
+        raise RulesError(f"not valid YAML: {problem}", where=where) from error
+    raw_rules = _rules_list(data, path)
+    rules: list[Rule] = []
+    ids: set[str] = set()
+    for index, raw in enumerate(raw_rules):
+        rule = _parse_rule(raw, index, path)
+        if rule.id in ids:
+            raise RulesError(f"rule '{rule.id}' field 'id': duplicate id", where=str(path))
+        ids.add(rule.id)
+        rules.append(rule)
+    return tuple(rules)
+
+
+def _rules_list(data: Any, path: Path) -> list[Any]:
+    if data is None:
+        return []
+    if isinstance(data, list):
+        return data
+    if isinstance(data, Mapping):
+        unknown = set(data) - {"version", "rules"}
+        if unknown:
+            raise RulesError(
+                f"unknown top-level key(s) {', '.join(sorted(map(str, unknown)))}",
+                where=str(path),
+                fix="a rules file has `rules:` (a list) and optionally `version: 1`",
+            )
+        rules = data.get("rules") or []
+        if isinstance(rules, list):
+            return rules
+    raise RulesError(
+        "expected a list of rules (or a mapping with `rules:`)", where=str(path)
+    )
+
+
+class _Field:
+    """Validation context: names the file, rule and field in every error."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
+        self.label = label
+
+    def error(self, field: str, message: str, fix: str | None = None) -> RulesError:
+        return RulesError(f"{self.label} field '{field}': {message}", where=str(self.path), fix=fix)
+
+
+def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
+    label = f"rule {index}"
+    if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
+        label = f"rule '{raw['id']}'"
+    ctx = _Field(path, label)
+    if not isinstance(raw, Mapping):
+        raise ctx.error("-", f"expected a mapping, got {type(raw).__name__}")
+    unknown = sorted(set(map(str, raw)) - _RULE_KEYS)
+    if unknown:
+        raise ctx.error(unknown[0], "unknown field", fix=f"known fields: {', '.join(sorted(_RULE_KEYS))}")
+    rule_id = _required_str(raw, "id", ctx)
+    if not _ID_RE.match(rule_id):
+        raise ctx.error("id", f"{rule_id!r} must start with a letter or digit and use only letters, digits, _ . : / -")
+    decision = _required_str(raw, "decision", ctx)
+    if decision not in DECISIONS:
+        raise ctx.error("decision", f"{decision!r} is not one of {', '.join(DECISIONS)}")
+    if "match" not in raw:
+        raise ctx.error("match", "missing", fix="use `match: {}` to match every failure")
+    blocks = raw["match"] if isinstance(raw["match"], list) else [raw["match"]]
+    if not blocks:
+        raise ctx.error("match", "an empty list never matches", fix="use `match: {}` to match every failure")
+    matches = tuple(_parse_match(block, i, ctx) for i, block in enumerate(blocks))
+    return Rule(
+        id=rule_id,
+        category=_required_str(raw, "category", ctx),
+        decision=decision,
+        hint=_optional_str(raw, "hint", ctx, default="").strip(),
+        matches=matches,
+        source=str(path),
+        cascade=_bool(raw, "cascade", ctx, False),
+        exclude_node=_bool(raw, "exclude_node", ctx, False),
+        counts_as_failure=_bool(raw, "counts_as_failure", ctx, decision != "complete"),
+        escalate=_parse_escalation(raw.get("escalate"), ctx),
+        deterministic=_bool(raw, "deterministic", ctx, False),
+        exhausts_retries=_bool(raw, "exhausts_retries", ctx, False),
+    )
+
+
+def _required_str(raw: Mapping[str, Any], key: str, ctx: _Field) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.error(key, "missing" if value is None else f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _optional_str(raw: Mapping[str, Any], key: str, ctx: _Field, default: str) -> str:
+    value = raw.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise ctx.error(key, f"expected a string, got {value!r}")
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str, ctx: _Field, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ctx.error(key, f"expected true or false, got {value!r}")
+    return value
+
+
+def _parse_escalation(raw: Any, ctx: _Field) -> Escalation | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ctx.error("escalate", "expected a mapping like {after: 1, to: reschedule, scope: node}")
+    unknown = sorted(set(map(str, raw)) - {"after", "to", "scope"})
+    if unknown:
+        raise ctx.error(f"escalate.{unknown[0]}", "unknown field (known: after, to, scope)")
+    after = raw.get("after")
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise ctx.error("escalate.after", f"expected a whole number >= 0, got {after!r}")
+    to = raw.get("to")
+    if to not in ("reschedule", "abort"):
+        raise ctx.error("escalate.to", f"{to!r} is not one of reschedule, abort")
+    scope = raw.get("scope", "job")
+    if scope not in ESCALATION_SCOPES:
+        raise ctx.error("escalate.scope", f"{scope!r} is not one of {', '.join(ESCALATION_SCOPES)}")
+    return Escalation(after=after, to=to, scope=scope)
+
+
+def _parse_match(raw: Any, index: int, ctx: _Field) -> Match:
+    name = "match" if index == 0 else f"match[{index}]"
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ctx.error(name, f"expected a mapping of conditions, got {type(raw).__name__}")
+    unknown = sorted(set(map(str, raw)) - _MATCH_KEYS)
+    if unknown:
+        raise ctx.error(f"{name}.{unknown[0]}", "unknown condition", fix=f"known: {', '.join(sorted(_MATCH_KEYS))}")
+    flags: dict[str, bool | None] = {}
+    for key in _BOOL_MATCH_KEYS:
+        value = raw.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ctx.error(f"{name}.{key}", f"expected true or false, got {value!r}")
+        flags[key] = value
+    return Match(
+        exit_codes=_int_set(raw, "exit_codes", name, ctx),
+        signals=_signal_set(raw, name, ctx),
+        patterns=tuple(_compile(p, f"{name}.patterns[{i}]", ctx) for i, p in enumerate(_str_list(raw, "patterns", name, ctx) or ())),
+        exception_types=_frozen(_str_list(raw, "exception_types", name, ctx)),
+        tracker_status=_frozen(_str_list(raw, "tracker_status", name, ctx)),
+        launcher=_frozen(_str_list(raw, "launcher", name, ctx)),
+        **flags,
+    )
+
+
+def _frozen(values: Iterable[str] | None) -> frozenset[str] | None:
+    return None if values is None else frozenset(values)
+
+
+def _as_list(raw: Mapping[str, Any], key: str) -> list[Any] | None:
+    if key not in raw or raw[key] is None:
+        return None
+    value = raw[key]
+    return value if isinstance(value, list) else [value]
+
+
+def _str_list(raw: Mapping[str, Any], key: str, name: str, ctx: _Field) -> list[str] | None:
+    values = _as_list(raw, key)
+    for value in values or ():
+        if not isinstance(value, str) or not value:
+            raise ctx.error(f"{name}.{key}", f"expected non-empty strings, got {value!r}")
+    return values
+
+
+def _int_set(raw: Mapping[str, Any], key: str, name: str, ctx: _Field) -> frozenset[int] | None:
+    values = _as_list(raw, key)
+    if values is None:
+        return None
+    for value in values:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ctx.error(f"{name}.{key}", f"{value!r} is not a whole number")
+    return frozenset(values)
+
+
+def parse_signal(value: int | str) -> int:
+    """A signal number from 9, "9", "KILL" or "SIGKILL"; ValueError when unknown."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 < value < 128:
+            return value
+        raise ValueError(f"{value!r} is not a signal number (1-127)")
+    text = str(value).strip().upper()
+    if text.isdigit():
+        return parse_signal(int(text))
+    name = text if text.startswith("SIG") else "SIG" + text
+    try:
+        return int(_signal.Signals[name])
+    except KeyError:
+        raise ValueError(f"{value!r} is not a known signal name") from None
+
+
+def _signal_set(raw: Mapping[str, Any], name: str, ctx: _Field) -> frozenset[int] | None:
+    values = _as_list(raw, "signals")
+    if values is None:
+        return None
+    numbers = set()
+    for value in values:
+        try:
+            numbers.add(parse_signal(value))
+        except ValueError as error:
+            raise ctx.error(f"{name}.signals", str(error)) from None
+    return frozenset(numbers)
+
+
+def portable_pattern(pattern: str) -> str:
+    """Rewrite leading global flags ``(?i)x`` as a scoped group ``(?i:x)`` so the
+    pattern can sit inside the scanner's combined alternation."""
+    found = _LEADING_FLAGS_RE.match(pattern)
+    if not found:
+        return pattern
+    return f"(?{found.group(1)}:{pattern[found.end():]})"
+
+
+def _compile(pattern: str, field: str, ctx: _Field) -> re.Pattern[str]:
+    try:
+        compiled = re.compile(portable_pattern(pattern))
+        re.compile(f"(?:{compiled.pattern})|(?:x)")  # must also work inside the prefilter
+    except re.error as error:
+        raise ctx.error(field, f"invalid regex {pattern!r}: {error}") from None
+    if compiled.search(""):
+        raise ctx.error(field, f"regex {pattern!r} matches the empty line, so it matches every line")
+    return compiled
