@@ -70,3 +70,51 @@ def ids(findings: list[Finding]) -> list[str]:
 
 def only(findings: list[Finding], rule_id: str) -> list[Finding]:
     return [f for f in findings if f.id == rule_id]
+
+
+def good_workflow() -> dict[str, Any]:
+    """A multi-node workflow with no lint finding (given --pool-retry-limit > 0)."""
+
+    def task(name: str, lead: bool) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": name,
+            "lead": lead,
+            "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+            "command": ["bash", "/tmp/job/run.sh"],
+            "files": [
+                {
+                    "path": "/tmp/job/run.sh",
+                    "contents": "#!/bin/bash\n"
+                    "exec resched wrap --reschedule-code 3 --checkpoint-dir /tmp/models -- \\\n"
+                    "  torchrun --nnodes 2 /tmp/job/train.py\n",
+                }
+            ],
+            "inputs": [{"url": "s3://team/run7/models"}],
+            "exitActions": {"RESCHEDULE": "3"},
+        }
+        if lead:
+            data["checkpoint"] = [
+                {"path": "/tmp/models", "url": "s3://team/run7", "frequency": "5m"}
+            ]
+        return data
+
+    return {
+        "name": "train",
+        "groups": [
+            {
+                "name": "training",
+                "ignoreNonleadStatus": False,
+                "tasks": [task("master", True), task("worker_1", False)],
+            }
+        ],
+    }
+
+
+def dump_workflow(workflow: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump({"workflow": workflow}, sort_keys=False)
+
+
+def lint_dict(workflow: dict[str, Any], tmp_path: Path, **options: Any) -> list[Finding]:
+    return lint_text(dump_workflow(workflow), tmp_path, **options)

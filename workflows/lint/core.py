@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol
 
 import yaml
 
+from workflows.lint.locate import LineMapper
 from workflows.spec import Group, Task, Workflow
 
 Severity = Literal["error", "warning", "info"]
@@ -114,6 +115,11 @@ class LintContext:
         return Path(source).parent if source is not None else Path.cwd()
 
     @cached_property
+    def _mapper(self) -> LineMapper:
+        r = self.rendered
+        return LineMapper(r.text, r.source_text, r.workflow_line)
+
+    @cached_property
     def _rendered_lines(self) -> dict[str, int]:
         try:
             node = yaml.compose(self.rendered.text, Loader=yaml.SafeLoader)
@@ -127,7 +133,7 @@ class LintContext:
         probe = path
         while probe:
             if probe in lines:
-                return lines[probe] + self.rendered.workflow_line - 1
+                return self._mapper.source_line(lines[probe])
             probe = _parent(probe)
         return None
 
