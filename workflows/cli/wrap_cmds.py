@@ -1,7 +1,120 @@
-"""CLI commands (not yet written)."""
+"""``resched wrap [OPTIONS] -- CMD ...``: thin; the attempt loop is ``wrapper.wrap``.
+
+Every option a backend may need to set has an environment variable default
+(``RESCHED_*``); a flag on the command line wins over the environment.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
+from pathlib import Path
+
 import click
 
-COMMANDS: list[click.Command] = []
+from wrapper.durations import parse_duration
+from wrapper.hang import parse_hang_timeout
+from wrapper.wrap import (
+    WrapConfig,
+    WrapConfigError,
+    default_allocation,
+    default_state_dir,
+    run_wrap,
+)
+
+_PATH = click.Path(path_type=Path)
+
+
+def _seconds(value: str | None, flag: str) -> float | None:
+    return None if value in (None, "") else parse_duration(value, where=flag)
+
+
+@click.command(
+    "wrap",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--reschedule-code", type=int, default=3, show_default=True,
+              envvar="RESCHED_RESCHEDULE_CODE",
+              help="Exit code that asks the orchestrator to reschedule (list it under "
+                   "RESCHEDULE in the task's exitActions).")
+@click.option("--abort-code", type=int, default=1, show_default=True, envvar="RESCHED_ABORT_CODE",
+              help="Exit code for abort (must not be a RESCHEDULE code).")
+@click.option("--max-retries", type=int, default=3, show_default=True,
+              envvar="RESCHED_MAX_RETRIES", help="In-place restarts per allocation.")
+@click.option("--max-reschedules", type=int, default=2, show_default=True,
+              envvar="RESCHED_MAX_RESCHEDULES", help="Reschedules for failures (whole job).")
+@click.option("--no-budget-reset", is_flag=True,
+              help="Do not reset the budgets when the checkpoint step advanced.")
+@click.option("--grace", default="30", show_default=True, envvar="RESCHED_GRACE",
+              help="Seconds between the forwarded stop signal and SIGKILL.")
+@click.option("--hang-timeout", default=None, envvar="RESCHED_HANG_TIMEOUT",
+              help="No progress (heartbeat, or output lines without heartbeats) for this "
+                   "long = hung; 'auto' calibrates like NVRx. Default: off.")
+@click.option("--heartbeat-file", type=_PATH, default=None,
+              help="File wrapper.heartbeat() touches (default: a private temp file).")
+@click.option("--checkpoint-dir", type=_PATH, default=None, envvar="RESCHED_CHECKPOINT_DIR",
+              help="Local directory the training writes checkpoints to.")
+@click.option("--checkpoint-url", default=None, envvar="RESCHED_CHECKPOINT_URL",
+              help="Checkpoint store URL the wrapper owns: restore at start, sync, final publish.")
+@click.option("--sync-every", default=None, envvar="RESCHED_SYNC_EVERY",
+              help="Publish the checkpoint dir to --checkpoint-url this often (e.g. 10m).")
+@click.option("--state-dir", type=_PATH, default=None, envvar="RESCHED_STATE_DIR",
+              help="Outcome records and history (default: <checkpoint-dir>/.resched).")
+@click.option("--rules", "rule_files", type=_PATH, multiple=True,
+              help="Extra rules file (YAML); repeatable; takes precedence over the catalogue.")
+@click.option("--expect-finished-flag", type=_PATH, default=None,
+              envvar="RESCHED_EXPECT_FINISHED_FLAG",
+              help="Exit 0 counts as complete only if this file exists.")
+@click.option("--node", default=None, envvar="RESCHED_NODE",
+              help="Node name for the records (default: the hostname).")
+@click.option("--outcome-file", type=_PATH, default=None, envvar="RESCHED_OUTCOME_FILE",
+              help="Also write the final outcome record here.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def wrap(
+    command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
+    max_reschedules: int, no_budget_reset: bool, grace: str, hang_timeout: str | None,
+    heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
+    sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
+    expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
+) -> None:
+    """Run CMD, classify how it ended, and retry / reschedule / abort.
+
+    Exit codes: 0 complete, --reschedule-code, --abort-code, 70 wrapper bug.
+    """
+    node_name = node or socket.gethostname()
+    config = WrapConfig(
+        command=tuple(command),
+        state_dir=state_dir or default_state_dir(checkpoint_dir),
+        node=node_name,
+        allocation=default_allocation(node_name, os.environ),
+        reschedule_code=reschedule_code,
+        abort_code=abort_code,
+        max_retries=max_retries,
+        max_reschedules=max_reschedules,
+        reset_on_progress=not no_budget_reset,
+        grace_s=_seconds(grace, "--grace") or 0.0,
+        hang=parse_hang_timeout(hang_timeout),
+        heartbeat_file=heartbeat_file,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_url=checkpoint_url or None,
+        sync_every_s=_seconds(sync_every, "--sync-every"),
+        rule_files=tuple(rule_files),
+        expect_finished_flag=expect_finished_flag,
+        outcome_file=outcome_file,
+    )
+    try:
+        code = run_wrap(config)
+    except WrapConfigError as error:
+        _never_reschedule_code(error, config)
+        raise
+    sys.exit(code)
+
+
+def _never_reschedule_code(error: WrapConfigError, config: WrapConfig) -> None:
+    # A usage error that exits with the reschedule code would be rescheduled forever.
+    if error.exit_code == config.reschedule_code:
+        error.exit_code = 1 if config.reschedule_code != 1 else 2
+
+
+COMMANDS: list[click.Command] = [wrap]

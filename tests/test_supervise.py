@@ -1,0 +1,257 @@
+"""Supervision with real processes: exits, signals, hangs, process groups, byte-exact output."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.supervise_fixtures import (
+    PYTHON,
+    assert_group_gone,
+    child_env,
+    pid_alive,
+    wait_for_file,
+    write_script,
+)
+from wrapper.hang import HangSettings
+from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
+
+
+class Collected:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __call__(self, line: str, stream: str) -> None:
+        self.lines.append((stream, line))
+
+
+def supervise(
+    argv: list[str], tmp_path: Path, *, grace_s: float = 5.0, hang: HangSettings | None = None,
+    relay: SignalRelay | None = None, heartbeat: bool = False, env: dict[str, str] | None = None,
+) -> tuple[SupervisedRun, Collected, Supervisor]:
+    collected = Collected()
+    heartbeat_file = tmp_path / "heartbeat" if heartbeat else None
+    environment = env or child_env()
+    if heartbeat_file is not None:
+        heartbeat_file.write_bytes(b"")
+        environment = {**environment, "RESCHED_HEARTBEAT_FILE": str(heartbeat_file),
+                       "RESCHED_HEARTBEAT_MIN_INTERVAL": "0"}
+    out = open(tmp_path / "out.bin", "wb")  # noqa: SIM115 - closed below
+    err = open(tmp_path / "err.bin", "wb")  # noqa: SIM115
+    try:
+        supervisor = Supervisor(
+            argv, env=environment, feed_line=collected, relay=relay or SignalRelay(),
+            options=SuperviseOptions(grace_s=grace_s, hang=hang or HangSettings(),
+                                     heartbeat_file=heartbeat_file, poll_s=0.02,
+                                     stdout_fd=out.fileno(), stderr_fd=err.fileno()),
+        )
+        run = supervisor.run()
+    finally:
+        out.close()
+        err.close()
+    return run, collected, supervisor
+
+
+@pytest.mark.parametrize("code", [0, 1, 3, 16, 255])
+def test_exit_code_is_reported(tmp_path: Path, code: int) -> None:
+    run, _, _ = supervise(["sh", "-c", f"exit {code}"], tmp_path)
+    assert (run.exit_code, run.signal, run.hung, run.launch_error) == (code, None, False, None)
+
+
+def test_death_by_signal_is_reported_as_signal(tmp_path: Path) -> None:
+    run, _, _ = supervise(["sh", "-c", "kill -SEGV $$"], tmp_path)
+    assert run.exit_code is None
+    assert run.signal == signal.SIGSEGV
+
+
+def test_command_not_found_is_127_with_a_clear_message(tmp_path: Path) -> None:
+    run, _, _ = supervise(["resched-no-such-command-xyz", "--flag"], tmp_path)
+    assert run.exit_code == 127
+    assert run.launch_error == "command not found: resched-no-such-command-xyz"
+
+
+def test_not_executable_is_126(tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    run, _, _ = supervise([str(script)], tmp_path)
+    assert run.exit_code == 126
+    assert run.launch_error is not None and "cannot execute" in run.launch_error
+
+
+def test_binary_output_passes_through_byte_exactly(tmp_path: Path) -> None:
+    blob = bytes(range(256)) * 2000 + b"\xff\xfe invalid utf-8 \xc3\x28 \r\n\x00no newline at end"
+    (tmp_path / "blob.bin").write_bytes(blob)
+    program = (
+        "import sys\n"
+        f"data = open({str(tmp_path / 'blob.bin')!r}, 'rb').read()\n"
+        "for i in range(0, len(data), 777):\n"
+        "    sys.stdout.buffer.write(data[i:i + 777]); sys.stdout.buffer.flush()\n"
+        "    sys.stderr.buffer.write(data[i:i + 333]); sys.stderr.buffer.flush()\n"
+    )
+    run, collected, _ = supervise([PYTHON, "-c", program], tmp_path)
+    assert run.exit_code == 0
+    assert (tmp_path / "out.bin").read_bytes() == blob
+    expected_err = b"".join(blob[i:i + 333] for i in range(0, len(blob), 777))
+    assert (tmp_path / "err.bin").read_bytes() == expected_err
+    assert run.stdout_tail[-1] == "\x00no newline at end"  # the last partial line is scanned
+
+
+def test_every_line_is_scanned_in_order_per_stream(tmp_path: Path) -> None:
+    program = (
+        "import sys\n"
+        "for i in range(2000):\n"
+        "    print(f'out {i}')\n"
+        "    print(f'err {i}', file=sys.stderr)\n"
+        "print('x' * 200000)\n"  # one very long line: scanned by its prefix, still one line
+        "print('after')\n"
+    )
+    run, collected, _ = supervise([PYTHON, "-c", program], tmp_path)
+    assert run.exit_code == 0
+    out = [line for stream, line in collected.lines if stream == "stdout"]
+    err = [line for stream, line in collected.lines if stream == "stderr"]
+    assert out[:2000] == [f"out {i}" for i in range(2000)]
+    assert err == [f"err {i}" for i in range(2000)]
+    assert len(out) == 2002 and out[-1] == "after" and set(out[2000]) == {"x"}
+    assert len(run.stdout_tail) == 200 and run.stdout_tail[-1] == "after"
+
+
+def test_hang_with_heartbeats_then_silence_is_detected(tmp_path: Path) -> None:
+    # Heartbeats for a while, then the loop stops stepping while a thread keeps logging:
+    # once heartbeats were seen, output alone is not progress.
+    program = (
+        "import threading, time\n"
+        "from wrapper import heartbeat\n"
+        "def chatter():\n"
+        "    while True:\n"
+        "        print('watchdog: still alive', flush=True); time.sleep(0.1)\n"
+        "threading.Thread(target=chatter, daemon=True).start()\n"
+        "for step in range(30):\n"
+        "    heartbeat(); time.sleep(0.05)\n"
+        "time.sleep(600)\n"
+    )
+    run, _, supervisor = supervise([PYTHON, "-c", program], tmp_path, grace_s=2.0,
+                                   hang=HangSettings(fixed_s=1.0), heartbeat=True)
+    assert run.hung is True
+    assert run.signal == signal.SIGTERM
+    assert supervisor.hang_detector is not None and supervisor.hang_detector.heartbeat_seen
+
+
+def test_regular_heartbeats_are_not_a_hang(tmp_path: Path) -> None:
+    program = (
+        "import time\nfrom wrapper import heartbeat\n"
+        "for step in range(25):\n    heartbeat(); time.sleep(0.1)\n"
+    )
+    run, _, _ = supervise([PYTHON, "-c", program], tmp_path,
+                          hang=HangSettings(fixed_s=1.0), heartbeat=True)
+    assert (run.exit_code, run.hung) == (0, False)
+
+
+def test_output_only_progress_hang_is_detected(tmp_path: Path) -> None:
+    program = "for i in 1 2 3 4 5; do echo step $i; sleep 0.2; done; sleep 600"
+    run, collected, _ = supervise(["bash", "-c", program], tmp_path, grace_s=2.0,
+                                  hang=HangSettings(fixed_s=1.0))
+    assert run.hung is True
+    assert [line for _, line in collected.lines] == [f"step {i}" for i in range(1, 6)]
+
+
+def test_output_only_progress_keeps_a_slow_but_steady_command_alive(tmp_path: Path) -> None:
+    program = "for i in $(seq 12); do echo step $i; sleep 0.25; done"
+    run, _, _ = supervise(["bash", "-c", program], tmp_path, hang=HangSettings(fixed_s=1.0))
+    assert (run.exit_code, run.hung) == (0, False)
+
+
+def _spawn_stubborn_grandchild(tmp_path: Path) -> Path:
+    return write_script(tmp_path / "parent.sh", (
+        "#!/bin/bash\n"
+        f"bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/grandchild.pid; "
+        "while true; do sleep 0.1; done' &\n"
+        "wait\n"
+    ))
+
+
+def test_hang_kill_reaches_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
+    script = _spawn_stubborn_grandchild(tmp_path)
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5, hang=HangSettings(fixed_s=0.5))
+    grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
+    assert run.hung
+    assert not pid_alive(grandchild)
+
+
+def test_stop_signal_is_forwarded_then_group_killed_after_grace(tmp_path: Path) -> None:
+    script = _spawn_stubborn_grandchild(tmp_path)
+    relay = SignalRelay()
+    relay.install()
+    try:
+        def preempt() -> None:
+            wait_for_file(tmp_path / "grandchild.pid")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        threading.Thread(target=preempt, daemon=True).start()
+        run, _, supervisor = supervise([str(script)], tmp_path, grace_s=1.0, relay=relay)
+    finally:
+        relay.uninstall()
+    grandchild = int((tmp_path / "grandchild.pid").read_text())
+    assert run.stop_signal == "SIGTERM"
+    assert run.signal == signal.SIGTERM  # the bash parent honoured the forwarded SIGTERM
+    assert not pid_alive(grandchild)  # ignored it: killed after the grace period
+    assert run.wall_s >= 1.0
+
+
+def test_stop_signal_lets_a_cooperative_child_finish_within_grace(tmp_path: Path) -> None:
+    program = (
+        "import signal, sys, time\n"
+        "def on_term(signum, frame):\n"
+        "    print('saving checkpoint', flush=True); time.sleep(0.3); sys.exit(0)\n"
+        "signal.signal(signal.SIGUSR1, on_term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    relay = SignalRelay()
+    relay.install()
+    try:
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
+        run, collected, _ = supervise([PYTHON, "-c", program], tmp_path, grace_s=10.0,
+                                      relay=relay)
+    finally:
+        relay.uninstall()
+    assert (run.exit_code, run.stop_signal) == (0, "SIGUSR1")
+    assert ("stdout", "saving checkpoint") in collected.lines
+
+
+def test_grandchild_outliving_its_parent_is_swept(tmp_path: Path) -> None:
+    program = (
+        f"(trap '' TERM; echo $BASHPID > {tmp_path}/orphan.pid; exec sleep 600) "
+        "> /dev/null 2>&1 &\n"
+        f"while [ ! -s {tmp_path}/orphan.pid ]; do sleep 0.02; done\nexit 0\n"
+    )
+    run, _, _ = supervise(["bash", "-c", program], tmp_path, grace_s=0.5)
+    orphan = int((tmp_path / "orphan.pid").read_text())
+    assert run.exit_code == 0
+    assert run.leftover_processes_killed >= 1
+    assert not pid_alive(orphan)
+
+
+def test_no_process_of_the_group_survives_any_path(tmp_path: Path) -> None:
+    script = _spawn_stubborn_grandchild(tmp_path)
+    pgids: list[int] = []
+
+    class Recording(Supervisor):
+        def _start_pumps(self, proc):  # type: ignore[no-untyped-def]
+            pgids.append(proc.pid)
+            return super()._start_pumps(proc)
+
+    supervisor = Recording(
+        [str(script)], env=child_env(), feed_line=Collected(), relay=SignalRelay(),
+        options=SuperviseOptions(grace_s=0.3, hang=HangSettings(fixed_s=0.5), poll_s=0.02,
+                                 stdout_fd=os.open(os.devnull, os.O_WRONLY),
+                                 stderr_fd=os.open(os.devnull, os.O_WRONLY)),
+    )
+    run = supervisor.run()
+    assert run.hung
+    assert_group_gone(pgids[0])

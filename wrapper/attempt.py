@@ -1,0 +1,212 @@
+"""One attempt: run the command, gather the evidence, classify, decide, record.
+
+Everything an attempt leaves behind lives under
+``<state_dir>/attempts/attempt-NNNN.<node>{.json,/}``: the outcome record, the tails of
+both streams, the torchelastic error files of the launcher's ranks. The record goes
+into the history before the decision is acted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wrapper.hang import HangSettings
+from wrapper.heartbeat import HEARTBEAT_ENV
+from wrapper.judge import Judge
+from wrapper.launchers import (
+    IN_JOB_RESTART,
+    detect_launcher,
+    find_error_files,
+    launcher_env,
+    tracker_file,
+)
+from wrapper.outcome import (
+    OutcomeRecord,
+    attempt_artifacts_dir,
+    attempt_record_path,
+    describe_decision,
+    describe_ending,
+    emit_event,
+    say,
+    write_json_atomic,
+)
+from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
+
+if TYPE_CHECKING:
+    from wrapper.wrap import WrapConfig
+
+
+class AttemptRunner:
+    def __init__(self, config: WrapConfig, judge: Judge, relay: SignalRelay,
+                 environ: Mapping[str, str], clock: Callable[[], float],
+                 heartbeat_file: Path) -> None:
+        self.config = config
+        self.judge = judge
+        self.relay = relay
+        self.environ = environ
+        self.clock = clock
+        self.heartbeat_file = heartbeat_file
+        self.launcher = detect_launcher(config.command)
+        self.tracker_file = tracker_file(config.command)
+
+    def run_one(self, history: Any, retries_used: int) -> tuple[dict[str, Any], Any]:
+        """Run attempt number ``len(history.attempts) + 1``; return (record, new history)."""
+        config = self.config
+        attempt = len(history.attempts) + 1
+        artifacts = attempt_artifacts_dir(config.state_dir, attempt, config.node)
+        artifacts.mkdir(parents=True, exist_ok=True)
+        step_before = self._checkpoint_step()
+        hang = self._hang_settings(history)
+        emit_event("attempt_started", {
+            "attempt": attempt, "node": config.node, "allocation": config.allocation,
+            "checkpoint_step": step_before, "command": list(config.command),
+        })
+        restarts = [0]
+        scanner = self.judge.new_scanner()
+
+        def feed_line(line: str, stream: str) -> None:
+            scanner.feed(line, stream)
+            if "attempts left" in line and IN_JOB_RESTART.search(line):
+                restarts[0] += 1  # the launcher's in-place restart: part of this attempt
+
+        supervisor = Supervisor(
+            config.command, env=self._attempt_env(attempt, artifacts),
+            options=SuperviseOptions(grace_s=config.grace_s, hang=hang,
+                                     heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
+            feed_line=feed_line, relay=self.relay, clock=self.clock,
+            on_hang=lambda silent, timeout: emit_event("failure_detected", {
+                "attempt": attempt, "kind": "hang", "silent_s": round(silent, 3),
+                "timeout_s": timeout}),
+        )
+        run = supervisor.run()
+        self._report_failure(attempt, run)
+        _save_tails(artifacts, run)
+        evidence = self._evidence(run, artifacts, scanner)
+        diagnosis = self.judge.classify(evidence)
+        step_after = self._checkpoint_step()
+        decision = self.judge.decide(
+            diagnosis, history, node=config.node, allocation=config.allocation,
+            step=step_after, retries_used_in_allocation=retries_used + restarts[0])
+        detector = supervisor.hang_detector
+        record = self._record(
+            attempt=attempt, run=run, diagnosis=diagnosis, decision=decision,
+            steps=(step_before, step_after), restarts=restarts[0], artifacts=artifacts,
+            hang_timeout=detector.timeout_s() if detector else None,
+            calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
+        )
+        data = record.to_dict()
+        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
+        history = self.judge.record(data)
+        say(describe_ending(record))
+        say(describe_decision(record, rule_decision=str(diagnosis.decision),
+                              max_retries=config.max_retries,
+                              max_reschedules=config.max_reschedules))
+        emit_event("decision", {
+            "attempt": attempt, "decision": record.decision, "rule": record.rule,
+            "category": record.category, "reason": record.reason,
+            "exclude_node": record.exclude_node, "backoff_s": record.backoff_s,
+            "retries_left": record.retries_left, "reschedules_left": record.reschedules_left,
+        })
+        return data, history
+
+    def _checkpoint_step(self) -> int | None:
+        if self.config.checkpoint_dir is None:
+            return None
+        from wrapper.checkpoint.marker import read_marker
+
+        return read_marker(self.config.checkpoint_dir)
+
+    def _hang_settings(self, history: Any) -> HangSettings:
+        hang = self.config.hang
+        carried = getattr(history, "calibrated_hang_timeout", None)
+        if hang.auto and carried is not None and hang.calibrated_s is None:
+            return replace(hang, calibrated_s=float(carried))
+        return hang
+
+    def _attempt_env(self, attempt: int, artifacts: Path) -> dict[str, str]:
+        # A fresh heartbeat file per attempt: only touches made by this attempt count.
+        self.heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
+        self.heartbeat_file.write_bytes(b"")
+        env = launcher_env(self.environ, self.launcher, artifacts)
+        env[HEARTBEAT_ENV] = str(self.heartbeat_file)
+        env["RESCHED_ATTEMPT"] = str(attempt)
+        env["RESCHED_NODE"] = self.config.node
+        env["RESCHED_STATE_DIR"] = str(self.config.state_dir)
+        return env
+
+    def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
+        if run.hung or (run.exit_code == 0 and run.signal is None):
+            return  # a hang was reported when it was detected; exit 0 is no failure
+        emit_event("failure_detected", {
+            "attempt": attempt, "kind": "exit", "exit_code": run.exit_code,
+            "signal": run.signal, "stop_signal": run.stop_signal,
+            "launch_error": run.launch_error, "ended_at": run.ended_at,
+        })
+        if run.launch_error:
+            say(f"error: {run.launch_error} (check the command after --, its PATH and "
+                "its execute permission)")
+
+    def _evidence(self, run: SupervisedRun, artifacts: Path, scanner: Any) -> dict[str, Any]:
+        flag = self.config.expect_finished_flag
+        return {
+            "exit_code": run.exit_code,
+            "signal": run.signal,
+            "hits": tuple(scanner.hits),
+            "error_files": find_error_files(artifacts, self.config.command,
+                                            self.environ, since=run.started_at),
+            "launcher_summary_lines": run.stderr_tail + run.stdout_tail,
+            "tracker_file": self.tracker_file,
+            "hung": run.hung,
+            "stop_signal": run.stop_signal,
+            "expect_finished": flag is not None,
+            "finished": flag is not None and flag.exists(),
+            "launcher": self.launcher,
+        }
+
+    def _record(self, *, attempt: int, run: SupervisedRun, diagnosis: Any, decision: Any,
+                steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
+                hang_timeout: float | None, calibrated: float | None) -> OutcomeRecord:
+        action, reason = str(decision.action), str(decision.reason)
+        if action == "retry" and run.stop_signal is not None:
+            # The wrapper itself is being stopped (preemption, time limit): never restart
+            # in place; leave so the orchestrator can run the task again elsewhere.
+            action = "reschedule"
+            reason = f"{reason}; wrapper got {run.stop_signal}, so no retry in place"
+        if run.launch_error and action != "abort":
+            action, reason = "abort", f"{run.launch_error}: a user error, retrying cannot help"
+        return OutcomeRecord(
+            attempt=attempt, allocation=self.config.allocation, node=self.config.node,
+            started_at=run.started_at, ended_at=run.ended_at, wall_s=run.wall_s,
+            exit_code=run.exit_code, signal=run.signal,
+            rank_exit_codes={str(k): int(v) for k, v in dict(diagnosis.rank_exit_codes).items()},
+            root_cause_rank=diagnosis.root_cause_rank, rule=diagnosis.rule_id,
+            category=diagnosis.category,
+            evidence=tuple(_evidence_line(line) for line in diagnosis.evidence),
+            hint=diagnosis.hint, decision=action, reason=reason,
+            exclude_node=bool(decision.exclude_node),
+            counts_as_failure=bool(diagnosis.counts_as_failure),
+            retries_left=int(decision.retries_left),
+            reschedules_left=int(decision.reschedules_left),
+            backoff_s=float(decision.backoff_s) if action == "retry" else 0.0,
+            checkpoint_step_before=steps[0], checkpoint_step_after=steps[1], hung=run.hung,
+            stop_signal=run.stop_signal, launcher=self.launcher, in_job_restarts=restarts,
+            launch_error=run.launch_error, hang_timeout_s=hang_timeout,
+            calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
+            artifacts_dir=str(artifacts),
+            extra={"leftover_processes_killed": run.leftover_processes_killed},
+        )
+
+
+def _evidence_line(line: Any) -> dict[str, Any]:
+    if isinstance(line, Mapping):
+        return dict(line)
+    return {"source": line.source, "lineno": line.lineno, "text": line.text}
+
+
+def _save_tails(artifacts: Path, run: SupervisedRun) -> None:
+    for name, tail in (("stdout", run.stdout_tail), ("stderr", run.stderr_tail)):
+        (artifacts / f"{name}.tail.log").write_text(
+            "".join(line + "\n" for line in tail), encoding="utf-8", errors="replace")

@@ -1,0 +1,140 @@
+"""Hang detection: a task is hung when it shows no progress for the hang timeout.
+
+Progress is a heartbeat (the mtime of the file ``wrapper.heartbeat()`` touches) or,
+for code that cannot be changed, a new output line. Once a heartbeat has been seen in
+an attempt only heartbeats count: a training loop that stopped stepping but whose
+background threads keep logging (NCCL watchdogs, data loaders) is still hung.
+
+``--hang-timeout auto`` calibrates like NVRx's calculated timeouts: before calibration
+a generous timeout applies (``initial_timeout_s`` until the first progress, which covers
+start-up, ``import torch`` and checkpoint load; ``subsequent_timeout_s`` after it). The
+detector records the heartbeat intervals of the whole attempt (checkpoint saves and
+evaluations included) and, after a warm-up, proposes ``safety_factor x`` the longest
+one. That value is persisted through the history and used by the NEXT attempt for the
+intervals after the first progress; it never tightens the attempt that measured it,
+because that attempt may not yet have seen its slowest step. Output lines never
+calibrate (their spacing says nothing about step time), so without heartbeats ``auto``
+keeps the generous timeouts.
+
+All time comes from the caller (``now`` arguments), so tests drive it without waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from wrapper.durations import parse_duration
+from wrapper.errors import ReschedError
+
+
+class HangTimeoutError(ReschedError):
+    """A --hang-timeout value that is neither a duration nor ``auto``."""
+
+
+@dataclass(frozen=True)
+class HangSettings:
+    """How the hang timeout is chosen. ``fixed_s`` None and ``auto`` False: detection off."""
+
+    fixed_s: float | None = None
+    auto: bool = False
+    initial_timeout_s: float = 1800.0
+    subsequent_timeout_s: float = 300.0
+    safety_factor: float = 5.0
+    warmup_intervals: int = 3
+    min_calibrated_s: float = 30.0
+    calibrated_s: float | None = None  # carried from the history (an earlier attempt)
+
+    @property
+    def enabled(self) -> bool:
+        return self.auto or self.fixed_s is not None
+
+
+def parse_hang_timeout(value: str | None, *, where: str = "--hang-timeout") -> HangSettings:
+    """``None``/``""``/``off``/``0`` -> off, ``auto`` -> calibrated, else a duration in seconds."""
+    if value is None:
+        return HangSettings()
+    text = value.strip().lower()
+    if text in ("", "off", "none", "0"):
+        return HangSettings()
+    if text == "auto":
+        return HangSettings(auto=True)
+    try:
+        seconds = parse_duration(text, where=where)
+    except ReschedError as error:
+        raise HangTimeoutError(
+            f"{value!r} is not a hang timeout",
+            where=where,
+            fix="give seconds (600), a duration (10m) or 'auto'",
+        ) from error
+    return HangSettings(fixed_s=seconds)
+
+
+class HangDetector:
+    """Tracks progress of one attempt and says when it has been silent too long."""
+
+    def __init__(self, settings: HangSettings, *, started_at: float) -> None:
+        self.settings = settings
+        self._last_progress = started_at
+        self._progress_seen = False
+        self._heartbeat_seen = False
+        self._last_heartbeat: float | None = None
+        self._intervals: list[float] = []
+
+    @property
+    def heartbeat_seen(self) -> bool:
+        return self._heartbeat_seen
+
+    def observe_heartbeat(self, now: float) -> None:
+        if self._last_heartbeat is not None:
+            self._intervals.append(now - self._last_heartbeat)
+        self._last_heartbeat = now
+        self._heartbeat_seen = True
+        self._progress(now)
+
+    def observe_output(self, now: float) -> None:
+        if not self._heartbeat_seen:
+            self._progress(now)
+
+    def _progress(self, now: float) -> None:
+        self._last_progress = now
+        self._progress_seen = True
+
+    def timeout_s(self) -> float | None:
+        """The timeout in force now, or None when detection is off."""
+        settings = self.settings
+        if settings.fixed_s is not None:
+            return settings.fixed_s
+        if not settings.auto:
+            return None
+        if not self._progress_seen:
+            return settings.initial_timeout_s
+        if settings.calibrated_s is not None and self._heartbeat_seen:
+            return settings.calibrated_s
+        return settings.subsequent_timeout_s
+
+    def silent_for(self, now: float) -> float:
+        return now - self._last_progress
+
+    def expired(self, now: float) -> bool:
+        timeout = self.timeout_s()
+        return timeout is not None and self.silent_for(now) > timeout
+
+    def calibrated_timeout_s(self) -> float | None:
+        """The timeout to carry to the next attempt (auto only), or None if not enough data."""
+        settings = self.settings
+        if not settings.auto:
+            return None
+        measured = self._intervals[settings.warmup_intervals:]
+        proposal: float | None = None
+        if measured:
+            longest = max(measured)
+            proposal = max(settings.min_calibrated_s, settings.safety_factor * longest)
+            proposal = math.ceil(proposal * 1000) / 1000
+        if settings.calibrated_s is None:
+            return proposal
+        if proposal is None:
+            return settings.calibrated_s
+        # Never shrink a value an earlier attempt needed: a short attempt may not have
+        # reached the slow steps (checkpoint save, evaluation) that an earlier one saw.
+        return max(settings.calibrated_s, proposal)

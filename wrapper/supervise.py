@@ -1,0 +1,273 @@
+"""Run one attempt of the training command under supervision.
+
+The command runs in its own session (so its process group id is its pid). Its stdout
+and stderr are forwarded byte for byte, each chunk as soon as it is read, while the
+same bytes are split into lines for the rule scanner and a bounded tail. The group is
+stopped with the signal the wrapper received (or SIGTERM for a hang), given ``grace_s``
+to exit, then SIGKILLed; after the direct child exits the group is swept the same way,
+so a grandchild that ignores SIGTERM or outlives its parent does not survive, and the
+wrapper (a child subreaper on Linux) reaps the orphans that land on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wrapper.hang import HangDetector, HangSettings
+from wrapper.linesink import LineSink
+from wrapper.procgroup import become_subreaper, group_members, kill_group, reap_group_zombies
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+class SignalRelay:
+    """Receives the wrapper's stop signals and forwards them to the supervised group.
+
+    Installed once for the whole wrapper run (a preemption can arrive during a restore
+    or a backoff, not only while the command runs). The first stop signal is remembered
+    as ``requested``; every one is forwarded to the group attached at that moment.
+    """
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self.requested_signum: int | None = None
+        self._pgid: int | None = None
+        self._previous: dict[int, object] = {}
+        self._wakeup = threading.Event()
+
+    def install(self) -> None:
+        for signum in STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.requested is None:
+            self.requested = signal.Signals(signum).name
+            self.requested_signum = signum
+        self._wakeup.set()
+        if self._pgid is not None:
+            kill_group(self._pgid, signum)
+
+    def attach(self, pgid: int) -> None:
+        self._pgid = pgid
+        if self.requested_signum is not None:  # arrived between spawn and attach
+            kill_group(pgid, self.requested_signum)
+
+    def detach(self) -> None:
+        self._pgid = None
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True as soon as a stop signal has arrived."""
+        if self.requested is not None:
+            return True
+        self._wakeup.wait(max(0.0, seconds))
+        return self.requested is not None
+
+
+@dataclass(frozen=True)
+class SupervisedRun:
+    """How one attempt of the command ended."""
+
+    exit_code: int | None  # None when the command died by a signal
+    signal: int | None
+    started_at: float  # time.time()
+    ended_at: float
+    wall_s: float
+    hung: bool
+    stop_signal: str | None
+    launch_error: str | None  # set when the command could not be started
+    stdout_tail: tuple[str, ...]
+    stderr_tail: tuple[str, ...]
+    leftover_processes_killed: int  # group members still alive after the child exited
+
+
+@dataclass(frozen=True)
+class SuperviseOptions:
+    grace_s: float = 30.0
+    hang: HangSettings = field(default_factory=HangSettings)
+    heartbeat_file: Path | None = None
+    poll_s: float = 0.05
+    tail_lines: int = 200
+    stdout_fd: int = 1
+    stderr_fd: int = 2
+
+
+FeedLine = Callable[[str, str], object]
+OnHang = Callable[[float, float], None]  # (silent_for_s, timeout_s)
+
+
+class Supervisor:
+    """Runs ``argv`` once; ``run()`` returns a :class:`SupervisedRun`."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        options: SuperviseOptions,
+        feed_line: FeedLine,
+        relay: SignalRelay,
+        cwd: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_hang: OnHang | None = None,
+    ) -> None:
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.options = options
+        self.relay = relay
+        self.cwd = cwd
+        self.clock = clock
+        self.on_hang = on_hang
+        self._feed_lock = threading.Lock()
+        self._feed_line = feed_line
+        self.hang_detector: HangDetector | None = None
+        self._sweep_grace_s = options.grace_s
+
+    def run(self) -> SupervisedRun:
+        become_subreaper()
+        started_wall, started = time.time(), self.clock()
+        try:
+            proc = subprocess.Popen(
+                self.argv, env=self.env, cwd=self.cwd, start_new_session=True,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
+            return self._launch_failed(error, started_wall)
+        self.relay.attach(proc.pid)
+        sinks = self._start_pumps(proc)
+        try:
+            hung, stop_signal = self._watch(proc, started, sinks)
+        finally:
+            # Reached on every path, an exception in the watch loop included.
+            self.relay.detach()
+            leftovers = self._sweep_group(proc)
+            for sink in sinks:
+                sink.join(timeout=5.0)
+        ended_wall = time.time()
+        code = proc.returncode
+        return SupervisedRun(
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            started_at=started_wall, ended_at=ended_wall,
+            wall_s=round(self.clock() - started, 3), hung=hung, stop_signal=stop_signal,
+            launch_error=None, stdout_tail=sinks[0].tail(), stderr_tail=sinks[1].tail(),
+            leftover_processes_killed=leftovers,
+        )
+
+    def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
+        command = self.argv[0] if self.argv else ""
+        if isinstance(error, FileNotFoundError):
+            code, message = EXIT_NOT_FOUND, f"command not found: {command}"
+        else:
+            code, message = EXIT_NOT_EXECUTABLE, f"cannot execute {command}: {error.strerror}"
+        now = time.time()
+        return SupervisedRun(
+            exit_code=code, signal=None, started_at=started_wall, ended_at=now,
+            wall_s=round(now - started_wall, 3), hung=False, stop_signal=self.relay.requested,
+            launch_error=message, stdout_tail=(), stderr_tail=(message,),
+            leftover_processes_killed=0,
+        )
+
+    def _start_pumps(self, proc: subprocess.Popen[bytes]) -> tuple[LineSink, LineSink]:
+        assert proc.stdout is not None and proc.stderr is not None
+        sinks = (
+            LineSink("stdout", proc.stdout.fileno(), self.options.stdout_fd,
+                     self._feed, self.options.tail_lines),
+            LineSink("stderr", proc.stderr.fileno(), self.options.stderr_fd,
+                     self._feed, self.options.tail_lines),
+        )
+        for sink in sinks:
+            sink.start()
+        return sinks
+
+    def _feed(self, lines: list[str], stream: str) -> None:
+        # Both pumps feed the one scanner; it counts lines per stream and orders hits.
+        with self._feed_lock:
+            for line in lines:
+                self._feed_line(line, stream)
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink]
+    ) -> tuple[bool, str | None]:
+        """Wait for the child; stop the group on a hang or a stop signal. Returns (hung, signal)."""
+        options = self.options
+        detector = HangDetector(options.hang, started_at=started)
+        self.hang_detector = detector
+        heartbeat_mtime = _mtime_ns(options.heartbeat_file)
+        lines_seen = 0
+        hung, stop_signal = False, None
+        kill_deadline: float | None = None
+        while proc.poll() is None:
+            now = self.clock()
+            mtime = _mtime_ns(options.heartbeat_file)
+            if mtime != heartbeat_mtime:
+                heartbeat_mtime = mtime
+                detector.observe_heartbeat(now)
+            total_lines = sinks[0].lines_seen + sinks[1].lines_seen
+            if total_lines != lines_seen:
+                lines_seen = total_lines
+                detector.observe_output(now)
+            if kill_deadline is None and self.relay.requested is not None:
+                stop_signal = self.relay.requested  # already forwarded by the relay
+                kill_deadline = now + options.grace_s
+            elif kill_deadline is None and detector.expired(now):
+                hung = True
+                if self.on_hang is not None:
+                    self.on_hang(detector.silent_for(now), detector.timeout_s() or 0.0)
+                kill_group(proc.pid, signal.SIGTERM)
+                kill_deadline = now + options.grace_s
+            elif kill_deadline is not None and now >= kill_deadline:
+                kill_group(proc.pid, signal.SIGKILL)
+            if kill_deadline is not None:
+                # A stopping group keeps only what is left of its grace for the sweep.
+                self._sweep_grace_s = max(0.0, kill_deadline - now)
+            try:
+                proc.wait(timeout=options.poll_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # The forwarded signal may end the child before the loop saw the request.
+        return hung, stop_signal or self.relay.requested
+
+    def _sweep_group(self, proc: subprocess.Popen[bytes]) -> int:
+        """Kill and reap whatever is left of the group; return how many were left."""
+        if proc.poll() is None:  # an exception interrupted the watch: the child still runs
+            kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        pgid = proc.pid
+        leftovers = group_members(pgid)
+        if not leftovers:
+            return 0
+        kill_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self._sweep_grace_s
+        while group_members(pgid) and time.monotonic() < deadline:
+            reap_group_zombies(pgid)
+            time.sleep(0.02)
+        for _ in range(500):  # SIGKILL cannot be ignored: this ends within a few polls
+            if not group_members(pgid):
+                break
+            kill_group(pgid, signal.SIGKILL)
+            reap_group_zombies(pgid)
+            time.sleep(0.01)
+        return len(leftovers)
+
+
+def _mtime_ns(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None

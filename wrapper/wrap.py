@@ -1,0 +1,211 @@
+"""``resched wrap``: the attempt loop.
+
+restore checkpoint (when the wrapper owns the store) -> start the command -> watch
+(exit, stop signals, heartbeat / output progress, log lines) -> outcome record ->
+classify -> policy -> retry in place after a backoff, or leave with the reschedule /
+abort code, after a final checkpoint publish. Exit codes: 0 complete, the reschedule
+code, the abort code, 70 for a bug in the wrapper (never 0).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wrapper.attempt import AttemptRunner
+from wrapper.errors import ReschedError
+from wrapper.hang import HangSettings
+from wrapper.judge import Judge, RuleJudge
+from wrapper.outcome import OUTCOME_FILE_ENV, emit_event, say, write_json_atomic
+from wrapper.supervise import SignalRelay
+from wrapper.wrap_checkpoint import CheckpointSession
+
+INTERNAL_ERROR_EXIT = 70
+HEARTBEAT_FILE_ENV = "RESCHED_HEARTBEAT_FILE"
+
+
+class WrapConfigError(ReschedError):
+    """A wrap option that cannot work (bad exit codes, no command)."""
+
+
+@dataclass(frozen=True)
+class WrapConfig:
+    command: tuple[str, ...]
+    state_dir: Path
+    node: str
+    allocation: str
+    reschedule_code: int = 3
+    abort_code: int = 1
+    max_retries: int = 3
+    max_reschedules: int = 2
+    reset_on_progress: bool = True
+    grace_s: float = 30.0
+    hang: HangSettings = field(default_factory=HangSettings)
+    heartbeat_file: Path | None = None
+    checkpoint_dir: Path | None = None
+    checkpoint_url: str | None = None
+    sync_every_s: float | None = None
+    rule_files: tuple[Path, ...] = ()
+    expect_finished_flag: Path | None = None
+    outcome_file: Path | None = None
+    poll_s: float = 0.05
+
+    def exit_code_for(self, decision: str) -> int:
+        return {"complete": 0, "reschedule": self.reschedule_code}.get(decision, self.abort_code)
+
+
+def validate_config(config: WrapConfig) -> None:
+    if not config.command:
+        raise WrapConfigError("no command to run", where="resched wrap",
+                              fix="put the command after --, e.g. resched wrap -- torchrun ...")
+    for name, code in (("--reschedule-code", config.reschedule_code),
+                       ("--abort-code", config.abort_code)):
+        if not 1 <= code <= 255:
+            raise WrapConfigError(f"{name} {code} is not in 1..255", where=name,
+                                  fix="use an exit code between 1 and 255 (0 means complete)")
+    if config.reschedule_code == config.abort_code:
+        raise WrapConfigError(
+            f"--reschedule-code and --abort-code are both {config.abort_code}",
+            where="--reschedule-code/--abort-code",
+            fix="give them different values (defaults: reschedule 3, abort 1)",
+        )
+    if config.reschedule_code == INTERNAL_ERROR_EXIT or config.abort_code == INTERNAL_ERROR_EXIT:
+        say(f"warning: exit code {INTERNAL_ERROR_EXIT} is also what a wrapper bug exits with")
+    if config.max_retries < 0 or config.max_reschedules < 0:
+        raise WrapConfigError("budgets cannot be negative", where="--max-retries/--max-reschedules",
+                              fix="give 0 or more")
+
+
+def run_wrap(
+    config: WrapConfig,
+    *,
+    judge: Judge | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], bool] | None = None,
+) -> int:
+    """Run the attempt loop; return the wrapper's exit code.
+
+    ``sleep(seconds)`` waits the retry backoff and returns True when a stop signal cut it
+    short (default: wait on the signal relay). ``judge`` defaults to the real rules.
+    """
+    validate_config(config)
+    relay = SignalRelay()
+    relay.install()
+    loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
+                        clock, sleep or relay.wait)
+    try:
+        return loop.run(judge)
+    except ReschedError:
+        loop.checkpoint.finish()
+        raise
+    except Exception as error:  # noqa: BLE001 - a wrapper bug; supervise already swept the group
+        say(f"internal error: {type(error).__name__}: {error}; exiting {INTERNAL_ERROR_EXIT}")
+        traceback.print_exc(file=sys.stderr)
+        loop.checkpoint.finish()
+        loop.write_final({"decision": "abort", "reason": f"wrapper bug: {error}"},
+                         INTERNAL_ERROR_EXIT)
+        return INTERNAL_ERROR_EXIT
+    finally:
+        relay.uninstall()
+        loop.cleanup()
+
+
+class _AttemptLoop:
+    def __init__(self, config: WrapConfig, relay: SignalRelay, environ: dict[str, str],
+                 clock: Callable[[], float], sleep: Callable[[float], bool]) -> None:
+        self.config = config
+        self.relay = relay
+        self.environ = environ
+        self.clock = clock
+        self.sleep = sleep
+        self.checkpoint = CheckpointSession(
+            config.checkpoint_url, config.checkpoint_dir, config.sync_every_s)
+        self._own_heartbeat_dir: Path | None = None
+
+    def run(self, judge: Judge | None) -> int:
+        config = self.config
+        judge = judge or RuleJudge(  # loads the rules first: a bad rules file fails fast
+            rule_files=config.rule_files, state_dir=config.state_dir,
+            max_retries=config.max_retries, max_reschedules=config.max_reschedules,
+            reset_on_progress=config.reset_on_progress,
+        )
+        self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        history = judge.load_history()
+        self.checkpoint.start_sync()
+        runner = AttemptRunner(config, judge, self.relay, self.environ, self.clock,
+                               self._heartbeat_file())
+        retries_used = 0
+        while True:
+            if self.relay.requested is not None:
+                return self._stopped_between_attempts(None)
+            record, history = runner.run_one(history, retries_used)
+            if record["decision"] != "retry":
+                return self._leave(record)
+            retries_used += 1 + record.get("in_job_restarts", 0)
+            if self.sleep(float(record["backoff_s"])):
+                return self._stopped_between_attempts(record)
+
+    def _heartbeat_file(self) -> Path:
+        if self.config.heartbeat_file is not None:
+            return self.config.heartbeat_file
+        # Outside the checkpoint dir on purpose: a file touched every step would make
+        # every periodic sync upload it again.
+        self._own_heartbeat_dir = Path(tempfile.mkdtemp(prefix="resched-heartbeat-"))
+        return self._own_heartbeat_dir / "heartbeat"
+
+    def _leave(self, record: Mapping[str, Any]) -> int:
+        code = self.config.exit_code_for(str(record["decision"]))
+        self.checkpoint.finish()
+        self.write_final(record, code)
+        return code
+
+    def _stopped_between_attempts(self, last: Mapping[str, Any] | None) -> int:
+        """A stop signal outside an attempt (restore, backoff): leave as a preemption."""
+        signal_name = self.relay.requested
+        say(f"got {signal_name} between attempts -> reschedule (preemption, not a failure)")
+        record = dict(last or {})
+        record.update(decision="reschedule", stop_signal=signal_name,
+                      reason=f"stopped by {signal_name} between attempts")
+        emit_event("decision", {"decision": "reschedule", "reason": record["reason"]})
+        return self._leave(record)
+
+    def write_final(self, record: Mapping[str, Any], exit_code: int) -> None:
+        path = self.config.outcome_file
+        if path is None:
+            return
+        final = dict(record)
+        final["wrapper_exit_code"] = exit_code
+        try:
+            write_json_atomic(path, final)
+        except OSError as error:
+            say(f"could not write the outcome file {path}: {error}")
+
+    def cleanup(self) -> None:
+        if self._own_heartbeat_dir is not None:
+            shutil.rmtree(self._own_heartbeat_dir, ignore_errors=True)
+
+
+def default_state_dir(checkpoint_dir: Path | None) -> Path:
+    """``<checkpoint-dir>/.resched`` (travels with the checkpoint), else ``./.resched``."""
+    return (checkpoint_dir or Path.cwd()) / ".resched"
+
+
+def default_allocation(node: str, environ: Mapping[str, str]) -> str:
+    """One wrapper run = one allocation; ``RESCHED_ALLOCATION`` names it explicitly."""
+    if environ.get("RESCHED_ALLOCATION"):
+        return environ["RESCHED_ALLOCATION"]
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{node}-{stamp}-{os.getpid()}"
+
+
+__all__ = ["OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "run_wrap", "validate_config"]
