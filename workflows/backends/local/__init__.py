@@ -1,0 +1,101 @@
+"""The embedded ``local`` backend: run a workflow on this machine with OSMO's semantics.
+
+``dry_run`` builds a :class:`LocalPlan` (pure); ``submit`` executes it and returns the
+final line (``COMPLETED in 3m12s: 1 fault, ...``) with exit code 0 only for COMPLETED.
+``resched run`` and ``resched submit --backend local`` both come here.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from workflows.backends.base import Backend, Request, SubmitResult
+from workflows.backends.local.chaos import parse_chaos
+from workflows.backends.local.plan import LocalOptions, LocalPlan, build_plan
+from workflows.errors import UsageError
+
+if TYPE_CHECKING:
+    from workflows.pipeline import LoadedWorkflow
+
+__all__ = ["LocalBackend", "LocalOptions", "LocalPlan", "local_options", "new_run_id"]
+
+DEFAULT_MAX_RETRY_PER_TASK = 3
+DEFAULT_RUNS_DIR = Path(".resched") / "runs"
+
+
+def new_run_id(workflow_name: str) -> str:
+    return f"{workflow_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def local_options(options: Mapping[str, Any]) -> LocalOptions:
+    """Check and convert backend options (``submit`` passes a plain mapping)."""
+    unknown = sorted(set(options) - set(LocalBackend.option_help) - {"run_id", "progress", "stop_grace_s"})
+    if unknown:
+        raise UsageError(f"the local backend takes no option {unknown[0]!r}",
+                         fix=f"use {', '.join(sorted(LocalBackend.option_help))}")
+    retry = options.get("max_retry_per_task")
+    if retry is not None and (not isinstance(retry, int) or retry < 0):
+        raise UsageError(f"max_retry_per_task {retry!r} is not a whole number >= 0",
+                         fix="pass --max-retry-per-task 3")
+    return LocalOptions(
+        chaos=options.get("chaos"),
+        max_retry_per_task=DEFAULT_MAX_RETRY_PER_TASK if retry is None else retry,
+        workdir=Path(options["workdir"]) if options.get("workdir") else None,
+        report=Path(options["report"]) if options.get("report") else None,
+        progress=options.get("progress") or "auto",
+        stop_grace_s=float(options.get("stop_grace_s") or LocalOptions.stop_grace_s),
+    )
+
+
+class LocalBackend(Backend):
+    name = "local"
+    lint_target = "local"
+    option_help: ClassVar[Mapping[str, str]] = {
+        "chaos": "fault injection, e.g. 'kill:master@20s,exit:master=16@50s' or 'random:mtbf=30s,seed=1'",
+        "max_retry_per_task": f"RESCHEDULEs a task gets (default {DEFAULT_MAX_RETRY_PER_TASK}; "
+        "OSMO's pool default is 0)",
+        "workdir": f"where pods, logs and staged inputs go (default {DEFAULT_RUNS_DIR}/<run id>)",
+        "report": "write the JSON report (attempts, timeline events, derived numbers) here",
+    }
+
+    def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> LocalPlan:
+        opts = local_options(options)
+        spec = job.spec
+        parse_chaos(opts.chaos, [t.name for t in spec.all_tasks()])  # a bad spec fails here
+        run_id = str(options.get("run_id") or new_run_id(spec.name))
+        workdir = (opts.workdir or DEFAULT_RUNS_DIR / run_id).absolute()
+        return build_plan(spec, opts, run_id=run_id, workdir=workdir, base_dir=job.base_dir)
+
+    def submit(self, request: Request) -> SubmitResult:
+        if not isinstance(request, LocalPlan):
+            raise TypeError("the local backend submits a LocalPlan")
+        report = execute(request)
+        return SubmitResult(backend=self.name, job_id=request.run_id, message=report["summary"],
+                            exit_code=0 if report["status"] == "COMPLETED" else 1)
+
+
+def execute(plan: LocalPlan) -> dict[str, Any]:
+    """Run ``plan``; print progress and the per-attempt report; write ``--report``."""
+    from workflows.backends.local.executor import Executor
+    from workflows.backends.local.progress import Progress
+    from workflows.backends.local.summary import build_report, report_lines
+
+    progress = Progress(plan.options.progress)
+    executor = Executor(plan, progress)
+    try:
+        result = executor.run()
+    finally:
+        progress.close()
+    report = build_report(plan, result, executor.timeline.events)
+    for line in report_lines(report):
+        progress.line(line)
+    path = plan.options.report or plan.workdir / "report.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    progress.line(f"report: {path}")
+    return report

@@ -1,0 +1,98 @@
+"""Decide when each chaos fault fires and fire it on the target's current run."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from workflows.backends.local.chaos import ChaosPlan, Fault
+from workflows.backends.local.inject import inject
+from workflows.backends.local.taskrun import TaskRun
+from workflows.backends.local.timeline import Event, Timeline
+
+
+@dataclass(frozen=True)
+class Fired:
+    fault: Fault
+    task: str
+    description: str
+
+
+class ChaosDriver:
+    """Scripted faults fire at their time (or checkpoint count) once the target runs;
+    random faults follow an exponential clock and wait for training progress since the
+    previous fault, so each one hits a training that is actually running."""
+
+    def __init__(self, plan: ChaosPlan, task_names: Sequence[str], timeline: Timeline, *,
+                 stop_grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan, self.task_names, self.timeline = plan, tuple(task_names), timeline
+        self.stop_grace_s, self.clock = stop_grace_s, clock
+        self.start = clock()
+        self.pending: list[Fault] = list(plan.faults)
+        self.fired: list[Fired] = []
+        self.uploads = 0
+        self.last_step_t = float("-inf")
+        self.last_fired_t = float("-inf")
+        self._rng = random.Random(plan.random.seed) if plan.random else None
+        self._random_count = 0
+        self._next_random = self._draw(0.0) if plan.random else None
+        timeline.listen(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind == "checkpoint_uploaded":
+            self.uploads += 1
+        elif event.kind == "step":
+            self.last_step_t = event.t
+
+    def _draw(self, after_s: float) -> Fault | None:
+        assert self.plan.random is not None and self._rng is not None
+        limit = self.plan.random.max_faults
+        if limit is not None and self._random_count >= limit:
+            return None
+        return self.plan.random.next_fault(self._rng, after_s, self.task_names)
+
+    def _due(self, fault: Fault, elapsed: float) -> bool:
+        if fault.at_s is not None:
+            return elapsed >= fault.at_s
+        return fault.after_ckpt is not None and self.uploads >= fault.after_ckpt
+
+    def tick(self, runs: Mapping[str, TaskRun]) -> list[Fired]:
+        """Fire every due fault whose target can be hit now."""
+        elapsed = self.clock() - self.start
+        fired = []
+        for fault in list(self.pending):
+            if self._due(fault, elapsed) and self._fire(fault, runs.get(fault.task)):
+                self.pending.remove(fault)
+                fired.append(self.fired[-1])
+        nxt = self._next_random
+        progressed = self.last_step_t > self.last_fired_t
+        if nxt is not None and self._due(nxt, elapsed) and progressed and self._fire(nxt, runs.get(nxt.task)):
+            self._random_count += 1
+            self._next_random = self._draw(elapsed)
+            fired.append(self.fired[-1])
+        return fired
+
+    def _fire(self, fault: Fault, run: TaskRun | None) -> bool:
+        if run is None or run.finished or run.poll() is not None:
+            return False
+        injection = inject(fault, token=run.token, top_pid=run.pid, exit_dir=run.exit_dir)
+        if injection is None:
+            return False
+        if injection.forced_exit_code is not None:
+            run.forced_exit_code = injection.forced_exit_code
+        if injection.kill_after_grace:
+            run.kill_at = self.clock() + self.stop_grace_s
+        event = self.timeline.add(
+            "fault_injected", fault.task, kind=fault.kind, spec=fault.describe(),
+            detail=injection.description, attempt=run.attempt, pids=list(injection.pids),
+            wrapper_bypassed=injection.forced_exit_code is not None,
+        )
+        self.last_fired_t = event.t
+        self.fired.append(Fired(fault, fault.task, injection.description))
+        return True
+
+    def not_fired(self) -> list[str]:
+        left = [f.describe() for f in self.pending]
+        return left

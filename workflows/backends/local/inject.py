@@ -1,0 +1,121 @@
+"""Carry out one chaos fault on a running task (see :mod:`.chaos` for what each kind means)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from workflows.backends.local import proctree
+from workflows.backends.local.chaos import Fault
+
+EXIT_DIR_ENV = "RESCHED_CHAOS_EXIT_DIR"
+
+# Preloaded (via PYTHONPATH) into the task's Python processes in chaos runs with exit
+# faults only. It registers the process and, on SIGUSR2, exits with the code the
+# executor wrote: a real rank exit, seen by the launcher and the wrapper as such.
+HOOK_SOURCE = '''"""resched chaos hook: exit with a chosen code on SIGUSR2 (resched run --chaos exit:...)."""
+import os as _os
+import signal as _signal
+
+_dir = _os.environ.get("RESCHED_CHAOS_EXIT_DIR")
+
+
+def _exit_with_code(signum, frame):
+    try:
+        with open(_os.path.join(_dir, "code")) as _f:
+            _code = int(_f.read().strip())
+    except (OSError, ValueError):
+        return
+    _os._exit(_code)
+
+
+if _dir:
+    try:
+        _signal.signal(_signal.SIGUSR2, _exit_with_code)
+        _os.makedirs(_os.path.join(_dir, "pids"), exist_ok=True)
+        open(_os.path.join(_dir, "pids", str(_os.getpid())), "w").close()
+    except (OSError, ValueError):
+        pass
+'''
+
+
+@dataclass(frozen=True)
+class Injection:
+    """What was done; ``forced_exit_code`` is reported as the task's exit when set."""
+
+    description: str
+    pids: tuple[int, ...]
+    forced_exit_code: int | None = None
+    kill_after_grace: bool = False
+
+
+def install_hook(directory: Path) -> Path:
+    """Write the hook module; put the returned folder first on the task's PYTHONPATH."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sitecustomize.py").write_text(HOOK_SOURCE)
+    return directory
+
+
+def _hooked(exit_dir: Path | None, candidates: list[proctree.Proc]) -> list[proctree.Proc]:
+    if exit_dir is None:
+        return []
+    registered = {int(p.name) for p in (exit_dir / "pids").glob("*") if p.name.isdigit()}
+    return [p for p in candidates if p.pid in registered]
+
+
+def _is_launcher(proc: proctree.Proc) -> bool:
+    names = ("torchrun", "ft_launcher", "torch.distributed.run")
+    return any(os.path.basename(arg) in names for arg in proc.argv[:3])
+
+
+def inject(fault: Fault, *, token: str, top_pid: int, exit_dir: Path | None) -> Injection | None:
+    """Inject ``fault``; None when the task has nothing to hit yet (try again later)."""
+    procs = proctree.task_processes(token)
+    if top_pid not in procs:
+        return None
+    wrapper, below = proctree.workload(procs, top_pid)
+    where = "under resched wrap" if wrapper is not None else "of the task"
+    if fault.kind == "podkill":
+        pids = sorted(procs)
+        proctree.send(pids, signal.SIGKILL)
+        return Injection(f"SIGKILL to all {len(pids)} processes of the task", tuple(pids))
+    if fault.kind == "term":
+        os.kill(top_pid, signal.SIGTERM)
+        return Injection(f"SIGTERM to the task's top process {top_pid} (preemption)",
+                         (top_pid,), kill_after_grace=True)
+    if not below:
+        return None
+    if fault.kind == "kill":
+        pids = sorted(p.pid for p in below)
+        proctree.send(pids, signal.SIGKILL)
+        return Injection(f"SIGKILL to {len(pids)} processes {where}", tuple(pids))
+    if fault.kind == "hang":
+        pids = sorted(p.pid for p in proctree.leaves(below))
+        proctree.send(pids, signal.SIGSTOP)
+        return Injection(f"SIGSTOP to {len(pids)} leaf processes {where}", tuple(pids))
+    return _inject_exit(fault, procs, below, exit_dir, where)
+
+
+def _inject_exit(
+    fault: Fault,
+    procs: dict[int, proctree.Proc],
+    below: list[proctree.Proc],
+    exit_dir: Path | None,
+    where: str,
+) -> Injection | None:
+    code = fault.code or 1
+    # A launcher that has not spawned its ranks yet is a leaf too: wait for the ranks.
+    targets = [p for p in _hooked(exit_dir, proctree.leaves(below)) if not _is_launcher(p)]
+    if targets and exit_dir is not None:
+        target = min(targets, key=lambda p: p.pid)
+        (exit_dir / "code").write_text(str(code))
+        os.kill(target.pid, signal.SIGUSR2)
+        return Injection(f"process {target.pid} {where} made to exit {code}", (target.pid,))
+    if _hooked(exit_dir, list(procs.values())):
+        return None  # hooked Python is up but its ranks are not yet: try again shortly
+    pids = sorted(procs)
+    proctree.send(pids, signal.SIGKILL)
+    return Injection(f"no Python rank to exit: task killed, exit {code} reported "
+                     "(the wrapper's decision is bypassed)", tuple(pids), forced_exit_code=code)

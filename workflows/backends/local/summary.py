@@ -1,0 +1,117 @@
+"""The run's report: attempts, faults, where the time went, and the final line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from workflows.backends.local.plan import LocalPlan
+from workflows.backends.local.report import duration_text, fault_metrics, run_metrics, summary_line
+from workflows.backends.local.timeline import Event
+
+if TYPE_CHECKING:
+    from workflows.backends.local.executor import RunResult
+
+
+def build_report(plan: LocalPlan, result: RunResult, events: Sequence[Event]) -> dict[str, Any]:
+    wall = result.ended_at - result.started_at
+    faults = fault_metrics(events)
+    metrics = run_metrics(events, faults, wall)
+    attempts = [_attempt_detail(a, events) for a in result.attempts]
+    checksums = [e.fields["checksum"] for e in events if e.kind == "final_checksum"]
+    return {
+        "run_id": plan.run_id,
+        "workflow": plan.workflow_name,
+        "workdir": str(plan.workdir),
+        "status": result.status,
+        "reason": result.reason,
+        "started_at": result.started_at,
+        "ended_at": result.ended_at,
+        "groups": result.group_status,
+        "max_retry_per_task": plan.options.max_retry_per_task,
+        "chaos": plan.options.chaos,
+        "chaos_not_fired": list(result.chaos_not_fired),
+        "final_checksum": checksums[-1] if checksums else None,
+        "attempts": attempts,
+        "faults": faults,
+        "metrics": metrics,
+        "time_breakdown": time_breakdown(events, faults, metrics),
+        "not_emulated": list(plan.not_emulated),
+        "events": [e.to_json() for e in events],
+        "summary": summary_line(result.status, metrics),
+    }
+
+
+def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str, Any]:
+    """Add the checkpoint steps seen during this attempt to its record."""
+    mine = [e for e in events if e.task == record["task"] and e.fields.get("attempt") == record["attempt"]]
+    steps = [e.fields["step"] for e in mine if e.kind == "step"]
+    resumed = [e.fields["step"] for e in mine if e.kind == "training_resumed"]
+    saved = [e.fields["step"] for e in mine if e.kind == "checkpoint_saved"]
+    uploads = [e.fields.get("step") for e in events if e.task == record["task"]
+               and e.kind == "checkpoint_uploaded"
+               and record["started_at"] <= e.t <= record["ended_at"] + 1e-3]
+    return {
+        **record,
+        "wall_s": round(record["ended_at"] - record["started_at"], 3),
+        "resumed_from_step": resumed[0] if resumed else None,
+        "first_step": steps[0] if steps else None,
+        "last_step": steps[-1] if steps else None,
+        "checkpoints_saved": saved,
+        "checkpoints_uploaded": uploads,
+    }
+
+
+def time_breakdown(events: Sequence[Event], faults: list[dict[str, Any]],
+                   metrics: dict[str, Any]) -> dict[str, float | None]:
+    """Where the wall time went (seconds); ``other`` is what none of the rest explains."""
+    wall = metrics["wall_s"]
+    step_s = metrics.get("step_s") or 0.0
+    started = next((e.t for e in events if e.kind == "run_started"), None)
+    first_step = next((e.t for e in events if e.kind == "step"), None)
+    parts: dict[str, float | None] = {
+        "startup": round(first_step - started, 3) if started and first_step else None,
+        "useful_steps": metrics.get("useful_s"),
+        "checkpoint_saves": round(sum(e.fields.get("save_s", 0.0) for e in events
+                                      if e.kind == "checkpoint_saved"), 3),
+        "detection": round(sum(f["detection_s"] or 0.0 for f in faults), 3),
+        "restart_to_first_step": round(sum(f["resume_s"] or 0.0 for f in faults), 3),
+        "recomputed_lost_steps": round(metrics.get("lost_steps", 0) * step_s, 3),
+    }
+    known = sum(v for v in parts.values() if v)
+    parts["other"] = round(wall - known, 3)
+    return parts
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    lines = ["", f"run {report['run_id']}: {report['status']}"
+             + (f" ({report['reason']})" if report["reason"] else "")]
+    lines.append(f"{'task':<12} {'att':>3} {'pod':>3} {'start':>7} {'end':>7} {'exit':>5}  "
+                 f"{'action':<10} {'status':<10} {'wrapper':<28} ckpt steps")
+    t0 = report["started_at"]
+    for a in report["attempts"]:
+        wrapper = a.get("wrapper") or {}
+        said = f"{wrapper.get('decision', '')} {wrapper.get('rule') or ''}".strip() or "-"
+        ckpt = (f"resumed {a['resumed_from_step']} " if a["resumed_from_step"] is not None else "") + (
+            f"saved {a['checkpoints_saved'][-1]} " if a["checkpoints_saved"] else "") + (
+            f"uploaded {a['checkpoints_uploaded'][-1]}" if a["checkpoints_uploaded"] else "")
+        lines.append(
+            f"{a['task']:<12} {a['attempt']:>3} {a['retry_id']:>3} {a['started_at'] - t0:>6.1f}s "
+            f"{a['ended_at'] - t0:>6.1f}s {a['exit_code']:>5}  {a['action'] or '-':<10} "
+            f"{a['status']:<10} {said[:28]:<28} {ckpt.strip() or '-'}")
+    for f in report["faults"]:
+        lines.append(
+            f"fault {f['spec']}: detected {_s(f['detection_s'])}, resumed {_s(f['resume_s'])} later, "
+            f"lost {f.get('lost_steps', '?')} steps (step {f['step_before']} -> restored "
+            f"{f['restored_step']}), decision {f.get('decision') or '?'}")
+    for spec in report["chaos_not_fired"]:
+        lines.append(f"fault {spec}: not injected (its task was not running at that time)")
+    breakdown = ", ".join(f"{k} {v:.1f}s" for k, v in report["time_breakdown"].items() if v is not None)
+    lines.append(f"time: {duration_text(report['metrics']['wall_s'])} = {breakdown}")
+    if report["final_checksum"]:
+        lines.append(f"final checksum {report['final_checksum']}")
+    return lines
+
+
+def _s(value: float | None) -> str:
+    return f"{value:.1f} s" if value is not None else "?"
