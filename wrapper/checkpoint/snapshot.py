@@ -75,8 +75,13 @@ def take_snapshot(directory: Path) -> Snapshot:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 raise UnsafePathError(f"{full} is not a regular file", fix="remove it")
-            if TEMP_TAG in name or "\\" in relpath:
+            if TEMP_TAG in name:
                 continue
+            if "\\" in relpath:
+                raise UnsafePathError(
+                    f"{full}: a backslash in a file name is not portable to object stores",
+                    fix="rename the file",
+                )
             found.append(LocalFile(relpath, full, st))
     found.sort(key=lambda f: f.relpath)
     return Snapshot(directory, tuple(found))

