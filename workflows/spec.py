@@ -180,7 +180,7 @@ class Checkpoint(_Model):
     def _url(cls, url: str) -> str:
         return _check_url(url)
 
-    @field_validator("frequency")
+    @field_validator("frequency", mode="before")  # before: pydantic would turn true into 1
     @classmethod
     def _frequency(cls, value: int | float | str) -> int | float | str:
         return _check_duration(value)
@@ -239,7 +239,9 @@ class Task(_Model):
                 )
             if key in normalized:
                 raise ValueError(f"exit action {key} is given twice")
-            text = str(codes) if isinstance(codes, int) and not isinstance(codes, bool) else codes
+            # Every scalar becomes a string first, so that 3.5 or true fail the syntax check
+            # here instead of passing as "3.5" / "True" (which parse_code_list rejects later).
+            text = _scalar_to_str(codes)
             if isinstance(text, str):
                 parse_code_list(text)
             normalized[key] = text
@@ -321,7 +323,7 @@ class Timeout(_Model):
     exec_timeout: int | float | str | None = None
     queue_timeout: int | float | str | None = None
 
-    @field_validator("exec_timeout", "queue_timeout")
+    @field_validator("exec_timeout", "queue_timeout", mode="before")
     @classmethod
     def _duration(cls, value: int | float | str | None) -> int | float | str | None:
         return value if value is None else _check_duration(value)
@@ -369,9 +371,9 @@ class Workflow(_Model):
         return self
 
     def _check_unique_names(self) -> None:
-        for kind, names in (
-            ("group", [g.name for g in self.task_groups()]),
+        for kind, names in (  # tasks first: flat tasks' groups are named after them
             ("task", [t.name for t in self.all_tasks()]),
+            ("group", [g.name for g in self.task_groups()]),
         ):
             seen: dict[str, str] = {}
             for name in names:

@@ -24,6 +24,17 @@ Loc = tuple[str | int, ...]
 
 def parse_workflow(text: str, *, source: str = "<spec>", first_line: int = 1) -> Workflow:
     """Validate rendered workflow text. ``first_line`` maps line 1 of ``text`` into ``source``."""
+    try:
+        return _parse_workflow(text, source=source, first_line=first_line)
+    except RecursionError:  # `a: &x [*x]` builds a self-containing list
+        raise SpecError(
+            "the rendered spec refers to itself (a recursive YAML alias) or is nested too deeply",
+            where=source,
+            fix="replace the `*alias` that points back into its own `&anchor` with the values",
+        ) from None
+
+
+def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
     offset = first_line - 1
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -20,6 +20,8 @@ from workflows.lint.codes import (
 )
 from workflows.lint.core import Finding, LintContext, TaskSite
 
+_NO_LIMIT = 10**100  # code lists have no upper bound in OSMO's syntax
+
 
 def _reschedule_sites(ctx: LintContext) -> list[TaskSite]:
     return [s for s in ctx.sites if "RESCHEDULE" in s.task.exitActions]
@@ -113,7 +115,7 @@ def rs007_impossible_codes(ctx: LintContext) -> Iterator[Finding]:
     for site in ctx.sites:
         for action, ranges in site.task.exit_action_ranges():
             above = subtract(
-                intersect(intervals(ranges), [(MAX_PROCESS_CODE + 1, 10**12)]), osmo
+                intersect(intervals(ranges), [(MAX_PROCESS_CODE + 1, _NO_LIMIT)]), osmo
             )
             if not above:
                 continue
