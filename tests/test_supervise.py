@@ -93,7 +93,7 @@ def test_binary_output_passes_through_byte_exactly(tmp_path: Path) -> None:
         "    sys.stdout.buffer.write(data[i:i + 777]); sys.stdout.buffer.flush()\n"
         "    sys.stderr.buffer.write(data[i:i + 333]); sys.stderr.buffer.flush()\n"
     )
-    run, collected, _ = supervise([PYTHON, "-c", program], tmp_path)
+    run, _collected, _ = supervise([PYTHON, "-c", program], tmp_path)
     assert run.exit_code == 0
     assert (tmp_path / "out.bin").read_bytes() == blob
     expected_err = b"".join(blob[i:i + 333] for i in range(0, len(blob), 777))
@@ -192,7 +192,7 @@ def test_stop_signal_is_forwarded_then_group_killed_after_grace(tmp_path: Path) 
             os.kill(os.getpid(), signal.SIGTERM)
 
         threading.Thread(target=preempt, daemon=True).start()
-        run, _, supervisor = supervise([str(script)], tmp_path, grace_s=1.0, relay=relay)
+        run, _, _supervisor = supervise([str(script)], tmp_path, grace_s=1.0, relay=relay)
     finally:
         relay.uninstall()
     grandchild = int((tmp_path / "grandchild.pid").read_text())

@@ -46,7 +46,8 @@ def detect_launcher(argv: Sequence[str]) -> str | None:
             if module in _FT_MODULES:
                 return FT_LAUNCHER
             return None
-        if name in _WRAPPER_PROGRAMS or "=" in argv[index] or argv[index].startswith("-"):
+        arg = argv[index]
+        if name in _WRAPPER_PROGRAMS or "=" in arg or arg.startswith("-") or arg.isdigit():
             index += 1  # `env A=B torchrun ...`, `nice -n 5 torchrun ...`
             continue
         return None

@@ -35,6 +35,7 @@ class LineSink:
         self._carry = b""
         self._skipping = False  # inside an over-long line: drop bytes up to its newline
         self._target_ok = True
+        self._scanning = True
         self.lines_seen = 0  # read by the watch loop as output progress
         self._thread = threading.Thread(target=self._pump, name=f"resched-{stream}", daemon=True)
 
@@ -77,6 +78,12 @@ class LineSink:
                 return
             view = view[written:]
 
+    def _write_note(self, text: str) -> None:
+        try:
+            os.write(2, text.encode())
+        except OSError:
+            pass
+
     def _split(self, chunk: bytes) -> None:
         if self._skipping:
             newline = chunk.find(b"\n")
@@ -100,7 +107,13 @@ class LineSink:
         # One decode per block: a newline byte never occurs inside a UTF-8 sequence.
         lines = block.decode("utf-8", "replace").split("\n")
         lines = [line[:MAX_LINE_BYTES].rstrip("\r") for line in lines]
-        self._feed(lines, self.stream)
+        if self._scanning:
+            try:
+                self._feed(lines, self.stream)
+            except Exception as error:  # noqa: BLE001 - forwarding must go on regardless
+                self._scanning = False
+                self._write_note(f"resched: warning: log scanning of {self.stream} stopped: "
+                                 f"{type(error).__name__}: {error}\n")
         if self._tail.maxlen:
             self._tail.extend(line[:TAIL_LINE_CHARS] for line in lines[-self._tail.maxlen:])
         self.lines_seen += len(lines)

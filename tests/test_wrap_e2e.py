@@ -1,0 +1,233 @@
+"""`resched wrap` end to end: real processes, the real rule catalogue, policy and history."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.supervise_fixtures import (
+    REPO,
+    assert_group_gone,
+    child_env,
+    pid_alive,
+    wait_for_file,
+    write_script,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def wrap_argv(state: Path, *options: str) -> list[str]:
+    return [sys.executable, "-m", "workflows.cli", "wrap", "--state-dir", str(state),
+            "--node", "node-a", "--grace", "2", *options]
+
+
+def run_wrap(state: Path, options: list[str], command: list[str], *,
+             env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*wrap_argv(state, *options), "--", *command], check=False, cwd=REPO,
+                          env=env or child_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def records(state: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((state / "attempts").glob("*.json"))]
+
+
+def decision_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("resched: rule ")]
+
+
+def test_retry_then_success(tmp_path: Path) -> None:
+    marker = tmp_path / "failed-once"
+    script = write_script(tmp_path / "train.sh", (
+        "#!/bin/bash\necho 'step 1'\n"
+        f"if [ ! -e {marker} ]; then touch {marker}; "
+        "echo 'RuntimeError: transient glitch' >&2; exit 1; fi\necho 'done'\n"
+    ))
+    result = run_wrap(tmp_path / "state", [], [str(script)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "step 1\nstep 1\ndone\n"  # the command's output, untouched
+    first, second = records(tmp_path / "state")
+    assert (first["decision"], first["exit_code"], second["decision"]) == ("retry", 1, "complete")
+    assert first["allocation"] == second["allocation"]
+    events = [line.split()[2] for line in result.stderr.splitlines()
+              if line.startswith("resched: event ")]
+    assert events == ["attempt_started", "failure_detected", "decision",
+                      "attempt_started", "decision"]
+
+
+def test_budget_exhaustion_escalates_to_reschedule_then_abort_across_runs(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    options = ["--max-retries", "1", "--max-reschedules", "1"]
+    failing = ["sh", "-c", "echo 'something odd happened' >&2; exit 1"]
+    first_run = run_wrap(state, options, failing)
+    assert first_run.returncode == 3, first_run.stderr  # retry once, then reschedule
+    assert [r["decision"] for r in records(state)] == ["retry", "reschedule"]
+    second_run = run_wrap(state, options, failing)
+    assert second_run.returncode == 1, second_run.stderr  # reschedule budget spent: abort
+    history = records(state)
+    # The fallback rule escalates after two occurrences, so the new allocation does not
+    # retry again: the reschedule budget is spent, so it aborts.
+    assert [r["decision"] for r in history] == ["retry", "reschedule", "abort"]
+    assert [r["attempt"] for r in history] == [1, 2, 3]
+    assert history[1]["allocation"] != history[2]["allocation"]
+    assert history[-1]["reschedules_left"] == 0
+    assert history[-1]["exclude_node"] is True  # this node failed the task more than twice
+    assert "reschedule budget used up" in history[-1]["reason"]
+
+
+def test_preemption_of_the_wrapper_spends_no_budget(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    ready = tmp_path / "ready"
+    script = write_script(tmp_path / "train.sh", (
+        "#!/bin/bash\n"
+        "trap 'echo \"Received SIGTERM, saving checkpoint\"; exit 0' TERM\n"
+        f"echo $$ > {ready}\nwhile true; do sleep 0.1; done\n"
+    ))
+    wrapper = subprocess.Popen([*wrap_argv(state, "--max-reschedules", "2"), "--", str(script)],
+                               cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for_file(ready)
+    wrapper.send_signal(signal.SIGTERM)
+    _, stderr = wrapper.communicate(timeout=60)
+    assert wrapper.returncode == 3, stderr
+    preempted = records(state)[-1]
+    assert (preempted["rule"], preempted["counts_as_failure"]) == ("preempted", False)
+    assert preempted["stop_signal"] == "SIGTERM"
+    assert preempted["reschedules_left"] == 2
+    failing = run_wrap(state, ["--max-retries", "0", "--max-reschedules", "2"],
+                       ["sh", "-c", "exit 1"])
+    assert failing.returncode == 3
+    assert records(state)[-1]["reschedules_left"] == 1  # only the real failure was counted
+
+
+def test_wrapper_sigterm_forwards_waits_grace_kills_and_records(tmp_path: Path) -> None:
+    state, outcome = tmp_path / "state", tmp_path / "final.json"
+    script = write_script(tmp_path / "train.sh", (
+        "#!/bin/bash\n"
+        f"bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/stubborn.pid; "
+        "while true; do sleep 0.1; done' &\n"
+        f"echo $$ > {tmp_path}/pgid\nwait\n"
+    ))
+    env = child_env(RESCHED_OUTCOME_FILE=str(outcome))
+    wrapper = subprocess.Popen([*wrap_argv(state), "--", str(script)], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pgid = int(wait_for_file(tmp_path / "pgid"))
+    stubborn = int(wait_for_file(tmp_path / "stubborn.pid"))
+    started = time.monotonic()
+    wrapper.send_signal(signal.SIGTERM)
+    _, stderr = wrapper.communicate(timeout=60)
+    assert wrapper.returncode == 3, stderr
+    assert time.monotonic() - started >= 2.0  # the stubborn grandchild got its grace
+    assert not pid_alive(stubborn)
+    assert_group_gone(pgid)
+    final = json.loads(outcome.read_text())
+    assert (final["decision"], final["wrapper_exit_code"], final["stop_signal"]) == (
+        "reschedule", 3, "SIGTERM")
+
+
+def test_history_is_carried_across_two_wrapper_runs(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    assert run_wrap(state, ["--max-retries", "0"], ["sh", "-c", "exit 1"]).returncode == 3
+    assert run_wrap(state, [], ["true"]).returncode == 0
+    history = json.loads((state / "history.json").read_text())
+    attempts = history["attempts"]
+    assert [a["attempt"] for a in attempts] == [1, 2]
+    assert [a["decision"] for a in attempts] == ["reschedule", "complete"]
+    assert attempts[0]["allocation"] != attempts[1]["allocation"]
+    assert history["node_failures"] == {"node-a": 1}
+
+
+def test_command_not_found(tmp_path: Path) -> None:
+    outcome = tmp_path / "final.json"
+    result = run_wrap(tmp_path / "state", ["--outcome-file", str(outcome)],
+                      ["resched-no-such-command-xyz", "--arg"])
+    assert result.returncode == 1  # the abort code: a user error, never retried, never 0
+    assert "resched: error: command not found: resched-no-such-command-xyz" in result.stderr
+    final = json.loads(outcome.read_text())
+    assert (final["rule"], final["decision"], final["exit_code"]) == ("command-not-found", "abort", 127)
+
+
+def test_hang_is_killed_classified_and_retried(tmp_path: Path) -> None:
+    marker = tmp_path / "hung-once"
+    script = write_script(tmp_path / "train.sh", (
+        "#!/bin/bash\necho 'step 1'\n"
+        f"if [ ! -e {marker} ]; then touch {marker}; sleep 600; fi\necho done\n"
+    ))
+    result = run_wrap(tmp_path / "state", ["--hang-timeout", "1", "--grace", "1"], [str(script)])
+    assert result.returncode == 0, result.stderr
+    first, second = records(tmp_path / "state")
+    assert (first["hung"], first["rule"], first["category"], first["decision"]) == (
+        True, "hang-detected", "hang", "retry")
+    assert first["signal"] == signal.SIGTERM
+    assert second["decision"] == "complete"
+    assert '"kind": "hang"' in result.stderr
+
+
+def test_exit_zero_without_the_finished_flag_is_not_complete(tmp_path: Path) -> None:
+    flag = tmp_path / "FINISHED"
+    result = run_wrap(tmp_path / "state", ["--expect-finished-flag", str(flag)], ["true"])
+    assert result.returncode == 3
+    assert records(tmp_path / "state")[-1]["rule"] == "graceful-stop-unfinished"
+    flag.write_text("")
+    assert run_wrap(tmp_path / "state", ["--expect-finished-flag", str(flag)], ["true"]).returncode == 0
+
+
+def test_env_defaults_and_flags_winning(tmp_path: Path) -> None:
+    env = child_env(RESCHED_RESCHEDULE_CODE="42", RESCHED_MAX_RETRIES="0")
+    result = run_wrap(tmp_path / "s1", [], ["sh", "-c", "exit 1"], env=env)
+    assert result.returncode == 42
+    result = run_wrap(tmp_path / "s2", ["--reschedule-code", "5"], ["sh", "-c", "exit 1"], env=env)
+    assert result.returncode == 5
+
+
+def test_same_reschedule_and_abort_code_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    result = run_wrap(tmp_path / "state", ["--reschedule-code", "1"], ["true"])
+    assert result.returncode not in (0, 1)
+    assert result.stderr.count("\n") == 1 and "both 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_stdout_of_a_fast_producer_is_complete_and_in_order(tmp_path: Path) -> None:
+    program = "import sys\nfor i in range(200000):\n    sys.stdout.write(f'line {i}\\n')\n"
+    result = run_wrap(tmp_path / "state", [], [sys.executable, "-c", program])
+    assert result.returncode == 0
+    assert result.stdout == "".join(f"line {i}\n" for i in range(200000))
+
+
+@pytest.mark.torch
+def test_torchrun_rank_exit_16_reschedules_and_marks_the_node(tmp_path: Path) -> None:
+    train = tmp_path / "train.py"
+    train.write_text(
+        "import os, sys, time\nimport torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "dist.barrier()\n"
+        "if dist.get_rank() == 1:\n"
+        "    print('validation result differs; Saving a checkpoint and exiting now', flush=True)\n"
+        "    sys.exit(16)\n"
+        "time.sleep(120)\n"
+    )
+    outcome = tmp_path / "final.json"
+    env = child_env(RESCHED_OUTCOME_FILE=str(outcome), OMP_NUM_THREADS="1")
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    result = run_wrap(tmp_path / "state", [],
+                      [torchrun, "--standalone", "--nproc-per-node", "2", str(train)],
+                      env=env, timeout=240)
+    assert result.returncode == 3, result.stderr
+    final = json.loads(outcome.read_text())
+    assert final["exit_code"] == 1  # what torchrun itself reported
+    assert final["launcher"] == "torchrun"
+    assert final["rank_exit_codes"].get("1") == 16
+    assert final["root_cause_rank"] == 1
+    assert (final["rule"], final["decision"], final["exclude_node"]) == (
+        "megatron-rerun-16", "reschedule", True)
+    assert "rank 1 exit 16 (hidden by torchrun)" in result.stderr
+    assert "node node-a marked for exclusion" in result.stderr
+    assert os.path.isdir(final["artifacts_dir"])
