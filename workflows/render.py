@@ -197,6 +197,8 @@ def _render_error(failure: render_worker.SandboxFailure, section: Section, sourc
     elif failure.kind == "memory":
         message = (f"rendering stopped at the memory limit of "
                    f"{render_worker.MEMORY_LIMIT_BYTES // (1024 * 1024)} MiB (OSMO's limit)")
+    elif failure.kind == "crashed":
+        message = f"the render worker failed: {message}"
     elif failure.kind == "recursion":
         message = f"template recursion too deep: {message}"
     else:

@@ -317,7 +317,7 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.close()
             status = self.process.returncode
-        if status in (-signal.SIGXCPU, -signal.SIGKILL):
+        if status == -signal.SIGXCPU:
             return SandboxFailure("cpu", "the render worker was stopped at its CPU-time limit")
         return SandboxFailure("crashed", f"the render worker died ({self.stderr_tail()})")
 
@@ -365,11 +365,17 @@ def render_in_sandbox(
     """Render ``template`` with ``data`` in the sandboxed worker, under the limits."""
     global _worker
     with _lock:
-        worker = _get_worker()
-        result = worker.render(template, data, cpu_seconds, memory_bytes)
-        if result.failure is not None and result.failure.kind in ("cpu", "memory", "crashed"):
+        for attempt in (1, 2):
+            worker = _get_worker()
+            result = worker.render(template, data, cpu_seconds, memory_bytes)
+            if result.failure is None or result.failure.kind not in ("cpu", "memory", "crashed"):
+                return result
             worker.close()  # a fresh worker for the next render, with a clean heap
             _worker = None
+            if result.failure.kind != "crashed" or attempt == 2:
+                return result
+            # A reused worker that died (killed from outside, say) gets one retry in a fresh
+            # one: rendering has no side effects.
         return result
 
 

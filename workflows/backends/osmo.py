@@ -43,15 +43,12 @@ INSTALL_FIX = (
     "(it is not on PyPI), run `osmo login <your OSMO url>`, and make sure `osmo` is on PATH"
 )
 _ESCAPED_BRACE = "{{ '{' }}"
-_DELIMITER_START_RE = re.compile(r"\{(?=[{%#])")
+_ESCAPED_CR = "{{ '\\r' }}"
+# A runtime token (kept when the server would give it back unchanged), the `{` of a Jinja
+# delimiter, or a CR; the token alternative comes first, as in the server's findall.
+_SPECIAL_RE = re.compile(r"(?P<token>" + TOKEN_RE.pattern + r")|\{(?=[{%#])|\r")
 _KEY_LINE_RE = re.compile(r"^(?=[a-zA-Z][a-zA-Z0-9_-]*:)", re.MULTILINE)
 _WORKFLOW_ID_RE = re.compile(r"Workflow ID\s*-\s*(\S+)")
-
-
-def _escape_plain(text: str) -> str:
-    """Text the server's Jinja must output as is: no delimiter may start in it."""
-    text = _DELIMITER_START_RE.sub(lambda _: _ESCAPED_BRACE, text)
-    return text.replace("\r", "{{ '\\r' }}")  # Jinja turns a raw CR into a newline
 
 
 def _keep_token(token: str) -> bool:
@@ -65,19 +62,25 @@ def escape_for_server(rendered_text: str) -> str:
 
     Runtime tokens stay verbatim where the server's protection gives them back as they
     are; every other ``{`` that would start a Jinja delimiter becomes ``{{ '{' }}``, a CR
-    becomes ``{{ '\\r' }}``, a later line that would start a new top-level section gets
-    an empty comment ``{##}`` in front, and one newline is added for the one Jinja drops.
+    becomes ``{{ '\\r' }}`` (Jinja would turn it into a newline), a later line that would
+    start a new top-level section gets an empty comment ``{##}`` in front, and one
+    newline is added for the one Jinja drops at the end.
     """
     pieces = []
     position = 0
-    for match in TOKEN_RE.finditer(rendered_text):
-        token = match.group(0)
-        if not _keep_token(token):
-            continue
-        pieces.append(_escape_plain(rendered_text[position:match.start()]))
-        pieces.append(token)
-        position = match.end()
-    pieces.append(_escape_plain(rendered_text[position:]))
+    while (found := _SPECIAL_RE.search(rendered_text, position)) is not None:
+        pieces.append(rendered_text[position:found.start()])
+        special = found.group(0)
+        if special == "\r":
+            pieces.append(_ESCAPED_CR)
+            position = found.end()
+        elif found.group("token") is not None and _keep_token(special):
+            pieces.append(special)
+            position = found.end()
+        else:  # a delimiter start, or a token the server would not give back as it is
+            pieces.append(_ESCAPED_BRACE)
+            position = found.start() + 1
+    pieces.append(rendered_text[position:])
     body = "".join(pieces)
     first_line_end = body.find("\n") + 1 if "\n" in body else len(body)
     # Only the first line may start a section (it is `workflow:`); hide any later one.
