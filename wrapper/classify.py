@@ -194,10 +194,12 @@ _FALLBACK_SUCCESS = Rule(
 
 def _choose(rules: RuleSet, facts: _Facts) -> tuple[Rule, list[Rule]]:
     matched = [rule for rule in rules.rules if _rule_matches(rule, facts)]
-    primary = [r for r in matched if not r.cascade and not r.exhausts_retries]
-    modifiers = [r for r in matched if r.exhausts_retries and not r.cascade]
-    cascades = [r for r in matched if r.cascade]
-    for group in (primary, modifiers, cascades):
+    catch_alls = [r for r in matched if _catch_all(r)]
+    specific = [r for r in matched if not _catch_all(r)]
+    primary = [r for r in specific if not r.cascade and not r.exhausts_retries]
+    modifiers = [r for r in specific if r.exhausts_retries and not r.cascade]
+    cascades = [r for r in specific if r.cascade]
+    for group in (primary, modifiers, cascades, catch_alls):
         if group:
             return group[0], matched
     return (_FALLBACK_FAILURE if facts.failed else _FALLBACK_SUCCESS), matched
