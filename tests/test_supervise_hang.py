@@ -155,3 +155,26 @@ def test_tracker_file_and_in_job_restarts_are_read_from_argv_and_logs(tmp_path: 
         "2/3 restart attempts left; restarting worker group...",
     ]
     assert count_in_job_restarts(lines) == 2
+
+
+def test_error_files_of_the_last_in_job_restart_only(tmp_path: Path) -> None:
+    import time
+
+    from wrapper.launchers import find_error_files, launcher_log_dir
+
+    run_dir = launcher_log_dir(tmp_path) / "run_abc"
+    for inner, ranks in (("attempt_0", (0, 1)), ("attempt_1", (1,))):
+        for rank in ranks:
+            folder = run_dir / inner / str(rank)
+            folder.mkdir(parents=True)
+            (folder / "error.json").write_text("{}")
+    found = find_error_files(tmp_path, ["torchrun", "t.py"], {}, since=time.time() - 5)
+    assert found == (run_dir / "attempt_1" / "1" / "error.json",)
+    stale = find_error_files(tmp_path, ["torchrun", "t.py"], {}, since=time.time() + 60)
+    assert stale == ()
+    (tmp_path / "error.json").write_text("{}")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "error.json").write_text("{}")
+    assert find_error_files(plain, ["python", "t.py"], {}, since=time.time() - 5) == (
+        plain / "error.json",)

@@ -231,3 +231,28 @@ def test_torchrun_rank_exit_16_reschedules_and_marks_the_node(tmp_path: Path) ->
     assert "rank 1 exit 16 (hidden by torchrun)" in result.stderr
     assert "node node-a marked for exclusion" in result.stderr
     assert os.path.isdir(final["artifacts_dir"])
+
+
+@pytest.mark.torch
+def test_ft_launcher_in_job_restarts_are_one_attempt_not_several(tmp_path: Path) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import os, sys, time\n"
+        "rank, restart = os.environ['RANK'], os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+        "print(f'rank {rank} restart {restart}', flush=True)\n"
+        "if rank == '1':\n    time.sleep(0.3)\n    sys.exit(1)\n"
+        "time.sleep(120)\n"
+    )
+    ft_launcher = str(Path(sys.executable).with_name("ft_launcher"))
+    state = tmp_path / "state"
+    result = run_wrap(state, ["--max-retries", "0"],
+                      [ft_launcher, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                       str(worker)], timeout=240)
+    assert result.returncode == 3, result.stderr
+    for line in ("rank 1 restart 0", "rank 1 restart 1"):
+        assert line in result.stdout  # its workers' output passes through
+    assert "will restart worker group" in result.stderr  # and its own log lines too
+    (only,) = records(state)  # one wrapper attempt, however often ft_launcher restarted
+    assert (only["launcher"], only["in_job_restarts"], only["exit_code"]) == ("ft_launcher", 1, 1)
+    assert only["decision"] == "reschedule"
+    assert (Path(only["artifacts_dir"]) / "launcher-logs").is_dir()  # PET_LOG_DIR honoured

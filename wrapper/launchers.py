@@ -23,6 +23,7 @@ _TORCHRUN_MODULES = {"torch.distributed.run", "torch.distributed.launch"}
 _FT_MODULES = {"nvidia_resiliency_ext.fault_tolerance.launcher"}
 _WRAPPER_PROGRAMS = {"env", "nice", "ionice", "numactl", "taskset", "stdbuf", "time", "exec"}
 _TRACKER_FLAG = "--result-rejected-tracker-filename"
+_INNER_ATTEMPT = re.compile(r"attempt_(\d+)")
 
 # The elastic agent's "restarting the worker group" lines (torchrun and ft_launcher).
 IN_JOB_RESTART = re.compile(
@@ -108,10 +109,31 @@ def find_error_files(
         for path in root.rglob("error.json")
         if _written_since(path, since)
     )
+    per_rank = _last_inner_attempt(per_rank)
     top = attempt_dir / "error.json"
     if per_rank or not _written_since(top, since):
         return tuple(per_rank)
     return (top,)
+
+
+def _last_inner_attempt(paths: list[Path]) -> list[Path]:
+    """Keep the files of the launcher's last in-job restart (``<run>/attempt_<n>/<rank>/``).
+
+    Earlier restarts failed too, but what ended this wrapper attempt is the last one;
+    an older, earlier-stamped file would otherwise pass for the root cause.
+    """
+    latest: dict[Path, int] = {}
+    for path in paths:
+        found = _INNER_ATTEMPT.fullmatch(path.parent.parent.name)
+        if found:
+            run_dir = path.parent.parent.parent
+            latest[run_dir] = max(latest.get(run_dir, -1), int(found.group(1)))
+    kept = []
+    for path in paths:
+        found = _INNER_ATTEMPT.fullmatch(path.parent.parent.name)
+        if not found or int(found.group(1)) == latest[path.parent.parent.parent]:
+            kept.append(path)
+    return kept
 
 
 def _written_since(path: Path, since: float) -> bool:
