@@ -1,0 +1,171 @@
+"""One task of a group as a Slurm job step: its token mapping and its launch script.
+
+OSMO substitutes runtime tokens when it builds a pod. On Slurm they are only known when
+the job runs (which node, which job id), so each token becomes a shell variable that the
+batch script sets before it starts the step:
+
+    {{host:T}}      -> ${RESCHED_HOST_T}     the address of the node task T runs on
+    {{input:N}}     -> ${RESCHED_TASK_DIR}/input/N   staged at job start (shared storage)
+    {{output}}      -> ${RESCHED_TASK_DIR}/output
+    {{workflow_id}} -> ${SLURM_JOB_ID}
+    {{uuid}}        -> ${RESCHED_TASK_UUID}  <job id>-<task>, stable across requeues
+
+The same rules apply to ``files:`` contents (substituted by the in-job helper, see
+:mod:`workflows.backends.slurm.jobside`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from workflows.errors import BackendError
+from workflows.spec import Group, Task, normalize_name
+
+# OSMO's protected runtime tokens (no spaces inside the braces).
+TOKEN = re.compile(r"\{\{(uuid|workflow_id|output|input:[^}]+|host:[^}]+)\}\}")
+PRIVATE_ROOT = "/tmp"  # the part of a task's filesystem that is its own (OSMO: the pod's)
+
+
+def env_suffix(task_name: str) -> str:
+    """``worker-1`` -> ``WORKER_1`` (OSMO treats ``-`` and ``_`` in names as equal)."""
+    return normalize_name(task_name).replace("-", "_").upper()
+
+
+def host_variable(task_name: str) -> str:
+    return f"RESCHED_HOST_{env_suffix(task_name)}"
+
+
+@dataclass(frozen=True)
+class TokenMap:
+    """Which tokens a task may use: the group's task names and the task's input count."""
+
+    group_tasks: tuple[str, ...]
+    input_count: int
+    where: str
+
+    def variable_for(self, token: str) -> str:
+        """The shell expression a token stands for (``${...}``)."""
+        if token == "workflow_id":
+            return "${SLURM_JOB_ID}"
+        if token == "uuid":
+            return "${RESCHED_TASK_UUID}"
+        if token == "output":
+            return "${RESCHED_TASK_DIR}/output"
+        kind, _, name = token.partition(":")
+        if kind == "input":
+            return f"${{RESCHED_TASK_DIR}}/input/{self._input_index(name)}"
+        known = {normalize_name(t): t for t in self.group_tasks}
+        if normalize_name(name) not in known:
+            raise BackendError(
+                f"{{{{host:{name}}}}} names no task of this group",
+                where=self.where,
+                fix="the Slurm backend runs one job per group; use a task of the same group "
+                f"({', '.join(self.group_tasks)})",
+            )
+        return "${" + host_variable(known[normalize_name(name)]) + "}"
+
+    def _input_index(self, name: str) -> int:
+        if not name.isdigit():
+            raise BackendError(
+                f"{{{{input:{name}}}}}: the Slurm backend maps inputs by index only",
+                where=self.where,
+                fix="write {{input:N}} with N the position of the entry under inputs:",
+            )
+        index = int(name)
+        if index >= self.input_count:
+            raise BackendError(
+                f"{{{{input:{index}}}}} but the task has {self.input_count} input(s)",
+                where=self.where,
+                fix="add the input under inputs: or fix the index",
+            )
+        return index
+
+
+def shell_word(text: str, tokens: TokenMap) -> str:
+    """``text`` as one double-quoted shell word, each OSMO token replaced by its variable."""
+    parts: list[str] = []
+    position = 0
+    for match in TOKEN.finditer(text):
+        parts.append(_escape_double_quoted(text[position : match.start()]))
+        parts.append(tokens.variable_for(match.group(1)))
+        position = match.end()
+    parts.append(_escape_double_quoted(text[position:]))
+    word = "".join(parts)
+    if TOKEN.search(text) is None:
+        return shlex.quote(text)  # no token: single quotes, nothing expands
+    return f'"{word}"'
+
+
+def _escape_double_quoted(text: str) -> str:
+    return re.sub(r'([\\$"`])', r"\\\1", text)
+
+
+def token_map(group: Group, task: Task, where: str) -> TokenMap:
+    return TokenMap(
+        group_tasks=tuple(t.name for t in group.tasks), input_count=len(task.inputs), where=where
+    )
+
+
+def backend_environment(task: Task, where: str) -> dict[str, str]:
+    """The ``resched wrap`` env contract the backend sets (shell expressions, pre-quoted)."""
+    env = {"RESCHED_OUTCOME_FILE": '"${RESCHED_TASK_DIR}/outcome.json"'}
+    if len(task.checkpoint) > 1:
+        raise BackendError(
+            f"task {task.name!r} has {len(task.checkpoint)} checkpoint entries; the wrapper "
+            "syncs one directory",
+            where=where,
+            fix="keep one checkpoint: entry per task (put the files under one directory)",
+        )
+    for entry in task.checkpoint:
+        # OSMO writes a directory under its base name: path /tmp/models, url X -> X/models,
+        # which is what an input of X/models downloads after a requeue.
+        env["RESCHED_CHECKPOINT_DIR"] = shlex.quote(entry.path)
+        env["RESCHED_CHECKPOINT_URL"] = shlex.quote(entry.upload_url)
+        env["RESCHED_SYNC_EVERY"] = shlex.quote(f"{entry.frequency_s:g}")
+    return env
+
+
+def launch_script(group: Group, task: Task, where: str) -> str:
+    """The task's step: its environment and command, tokens turned into variables."""
+    tokens = token_map(group, task, where)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Task {task.name} of group {group.name}: its environment and command from the spec.",
+        "# Runs inside the task's private /tmp; RESCHED_* variables come from the batch script.",
+        "set -euo pipefail",
+    ]
+    spec_env: Mapping[str, str] = task.environment
+    for name, value in spec_env.items():
+        lines.append(f"export {_env_name(name, where)}={shell_word(value, tokens)}")
+    lines.append("# Set by the Slurm backend (resched wrap's env contract):")
+    for name, expression in backend_environment(task, where).items():
+        if name not in spec_env:
+            lines.append(f"export {name}={expression}")
+    argv: Sequence[str] = (*task.command, *task.args)
+    lines.append("exec " + " ".join(shell_word(word, tokens) for word in argv))
+    return "\n".join(lines) + "\n"
+
+
+def _env_name(name: str, where: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise BackendError(
+            f"environment name {name!r} is not a valid shell variable name",
+            where=where,
+            fix="use letters, digits and '_' (not starting with a digit)",
+        )
+    return name
+
+
+def file_bundle_path(path: str, where: str) -> str:
+    """Where a ``files:`` entry lives inside the task directory (its private /tmp)."""
+    if path != PRIVATE_ROOT and not path.startswith(PRIVATE_ROOT + "/"):
+        raise BackendError(
+            f"file {path!r} is outside /tmp; the Slurm backend gives each task a private /tmp "
+            "only (the rest of the node's filesystem is shared)",
+            where=where,
+            fix="put task files under /tmp/, e.g. /tmp/job/" + path.rsplit("/", 1)[-1],
+        )
+    return "tmp/" + path[len(PRIVATE_ROOT) + 1 :]
