@@ -256,3 +256,54 @@ def test_ft_launcher_in_job_restarts_are_one_attempt_not_several(tmp_path: Path)
     assert (only["launcher"], only["in_job_restarts"], only["exit_code"]) == ("ft_launcher", 1, 1)
     assert only["decision"] == "reschedule"
     assert (Path(only["artifacts_dir"]) / "launcher-logs").is_dir()  # PET_LOG_DIR honoured
+
+
+def _checkpointing_program(directory: Path, step: int, code: int, *, expect: str = "") -> str:
+    return (
+        "import os, sys\nfrom pathlib import Path\n"
+        "from wrapper.checkpoint.marker import mark_complete, read_marker\n"
+        f"d = Path({str(directory)!r})\n"
+        f"if {expect!r}:\n    assert (d / 'model.bin').read_text() == {expect!r}, 'not restored'\n"
+        "    print('resumed from step', read_marker(d))\n"
+        f"(d / 'model.tmp').write_text('weights at {step}')\n"
+        "os.replace(d / 'model.tmp', d / 'model.bin')\n"
+        f"mark_complete(d, {step})\n"
+        f"sys.exit({code})\n"
+    )
+
+
+@pytest.mark.parametrize("sync_every", [None, "1"])
+def test_checkpoint_url_restores_publishes_and_carries_history(
+    tmp_path: Path, sync_every: str | None
+) -> None:
+    store = f"file://{tmp_path}/store"
+    first_dir, second_dir = tmp_path / "node-a-ckpt", tmp_path / "node-b-ckpt"
+    sync = ["--sync-every", sync_every] if sync_every else []
+    first = subprocess.run(
+        [sys.executable, "-m", "workflows.cli", "wrap", "--checkpoint-dir", str(first_dir),
+         "--checkpoint-url", store, "--node", "node-a", "--max-retries", "0", *sync, "--",
+         sys.executable, "-c", _checkpointing_program(first_dir, 5, 1)],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert first.returncode == 3, first.stderr
+    second = subprocess.run(
+        [sys.executable, "-m", "workflows.cli", "wrap", "--checkpoint-dir", str(second_dir),
+         "--checkpoint-url", store, "--node", "node-b", *sync, "--",
+         sys.executable, "-c", _checkpointing_program(second_dir, 9, 0, expect="weights at 5")],
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr
+    assert "resumed from step 5" in second.stdout
+    assert "resched: event checkpoint_restored" in second.stderr
+    history = json.loads((second_dir / ".resched" / "history.json").read_text())
+    attempts = history["attempts"]
+    assert [(a["node"], a["attempt"], a["decision"]) for a in attempts] == [
+        ("node-a", 1, "reschedule"), ("node-b", 2, "complete")]
+    assert attempts[1]["checkpoint_step_before"] == 5
+    assert attempts[1]["checkpoint_step_after"] == 9
+    # The final publish before exit sent step 9 together with the updated history.
+    from wrapper.checkpoint.store import CheckpointStore
+
+    third_dir = tmp_path / "node-c-ckpt"
+    restored = CheckpointStore(store).restore(third_dir)
+    assert restored is not None and restored.step == 9
+    carried = json.loads((third_dir / ".resched" / "history.json").read_text())
+    assert len(carried["attempts"]) == 2
