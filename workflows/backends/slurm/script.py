@@ -92,8 +92,9 @@ def intro(spec: Workflow, group: Group, options: SlurmOptions) -> list[str]:
         "#  - RESCHEDULE -> `scontrol requeue`: Slurm runs this script again (SLURM_RESTART_COUNT+1)",
         "#    and every task gets its checkpoint back through its inputs; a node that the wrapper",
         "#    marked as bad is added to the job's ExcNodeList, so the next run lands elsewhere;",
-        f"#  - SIG{options.grace_signal} {options.grace_s} s before the time limit is forwarded to the tasks: they",
-        "#    checkpoint and stop, and the job requeues without spending the failure budget.",
+        f"#  - Slurm sends SIG{options.grace_signal} {options.grace_s} s before the time limit (--signal below);",
+        "#    it is forwarded to the tasks, they checkpoint and stop, and the job requeues",
+        "#    without spending the failure budget.",
         "# Lines starting with #SBATCH are sbatch options (--requeue allows the requeue).",
     ]
 
