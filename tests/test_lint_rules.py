@@ -493,3 +493,23 @@ def test_rs016_wrap_that_owns_the_store_is_fine(tmp_path: Path) -> None:
     workflow = _with_script(good_workflow(), script)
     del _tasks(workflow)[0]["checkpoint"]
     assert "RS016" not in ids(lint_dict(workflow, tmp_path, **POOL))
+
+
+# RS017 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("codes", "shown"), [("0-255", "1,129-192"), ("1", "1"), ("0,137", "137")])
+def test_rs017_crash_codes_marked_complete(tmp_path: Path, codes: str, shown: str) -> None:
+    workflow = good_workflow()
+    _tasks(workflow)[0]["exitActions"] = {"RESCHEDULE": "3", "COMPLETE": codes}
+    findings = only(lint_dict(workflow, tmp_path, **POOL), "RS017")
+    assert len(findings) == 1 and findings[0].severity == "warning"
+    assert f"ends COMPLETED on exit {shown}" in findings[0].message
+    assert findings[0].path == "workflow.groups[0].tasks[0].exitActions.COMPLETE"
+
+
+def test_rs017_complete_on_0_or_a_dedicated_code_is_fine(tmp_path: Path) -> None:
+    workflow = good_workflow()
+    for task in _tasks(workflow):
+        task["exitActions"] = {"RESCHEDULE": "3", "COMPLETE": "0,42"}
+    assert lint_dict(workflow, tmp_path, **POOL) == []

@@ -131,9 +131,29 @@ def rs007_impossible_codes(ctx: LintContext) -> Iterator[Finding]:
             )
 
 
+def rs017_failures_marked_complete(ctx: LintContext) -> Iterator[Finding]:
+    """COMPLETE on a crash code makes a failed training count as success."""
+    crash_codes = [(1, 1), SIGNAL_CODES]
+    for site in ctx.sites:
+        complete = intervals(site.task.codes_for("COMPLETE"))
+        crashes = intersect(complete, crash_codes)
+        if not crashes:
+            continue
+        codes = format_intervals(crashes)
+        yield ctx.finding(
+            "RS017", "warning", f"{site.path}.exitActions.COMPLETE",
+            f"task {site.task.name} ends COMPLETED on exit {codes}: Python, the launchers "
+            "(1) and processes killed by a signal (129-192) exit with these, so a crashed "
+            "training would count as a success and nothing retries or reschedules it",
+            f"remove {codes} from COMPLETE; to finish early on purpose, exit 0 (or a dedicated "
+            "code) from the training",
+        )
+
+
 RULES = (
     rs004_pool_retry_limit,
     rs005_overlapping_actions,
     rs006_risky_reschedule_codes,
     rs007_impossible_codes,
+    rs017_failures_marked_complete,
 )
