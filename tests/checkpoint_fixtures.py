@@ -159,6 +159,9 @@ def write_tree(root: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
-def read_tree(root: Path) -> dict[str, bytes]:
+def read_tree(root: Path, *, with_marker: bool = False) -> dict[str, bytes]:
+    """relative path -> bytes; the completion marker is left out unless asked for (a
+    restore re-stamps its file list, so its bytes legitimately differ)."""
     return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and (with_marker or p.name != "resched-complete.json")}

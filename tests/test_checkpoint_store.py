@@ -150,10 +150,34 @@ def test_symlink_in_source_is_refused(url: str, tmp_path: Path) -> None:
 
 
 def test_half_written_checkpoint_is_refused(url: str, tmp_path: Path) -> None:
-    src = _tree(tmp_path / "src", 1, {"w": b"x"})
+    src = _tree(tmp_path / "src", 1, {"w": b"x", "opt": b"o"})
+    (src / "w").write_bytes(b"y")  # the next checkpoint has begun: w changed, no new marker
+    with pytest.raises(SnapshotUnstableError, match="differ from the completion marker"):
+        CheckpointStore(url).publish(src)
+    (src / "w.tmp").write_bytes(b"z")
+    mark_complete(src, 2)
+    (src / "w.tmp").rename(src / "new")  # renamed in after the marker: not in its list
+    with pytest.raises(SnapshotUnstableError, match="e.g. new"):
+        CheckpointStore(url).publish(src)
+    assert CheckpointStore(url).list() == []
+
+
+def test_marker_without_file_list_uses_times(url: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    write_tree(src, {"w": b"x", "resched-complete.json": b'{"step": 4}'})
     os.utime(src / "resched-complete.json", ns=(1, 1))  # marker older than the files
     with pytest.raises(SnapshotUnstableError, match="newer than the completion marker"):
         CheckpointStore(url).publish(src)
+    os.utime(src / "w", ns=(1, 1))
+    assert CheckpointStore(url).publish(src).step == 4
+
+
+def test_restored_dir_is_publishable_again(url: str, tmp_path: Path) -> None:
+    store = CheckpointStore(url)
+    store.publish(_tree(tmp_path / "src", 6, {"w": b"x", "d/o": b"o"}))
+    store.restore(tmp_path / "out")
+    again = store.publish(tmp_path / "out")
+    assert again.step == 6 and not again.changed  # the re-stamped marker alone is no news
 
 
 @pytest.mark.parametrize("evil", ["../escape", "/etc/passwd", "a/../../b", "C:evil",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
+from wrapper.checkpoint.marker import MARKER_NAME
 
 FORMAT = "resched-checkpoint/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -49,7 +50,11 @@ class Manifest:
         return sum(entry.size for entry in self.files)
 
     def same_content(self, other: Manifest) -> bool:
-        return self.step == other.step and self.files == other.files
+        """Same step and files. The marker's bytes do not count: a restore re-stamps its
+        file list, and that alone must not make a new checkpoint of the same step."""
+        def body(m: Manifest) -> tuple[FileEntry, ...]:
+            return tuple(e for e in m.files if e.path != MARKER_NAME)
+        return self.step == other.step and body(self) == body(other)
 
     def to_bytes(self) -> bytes:
         data = {

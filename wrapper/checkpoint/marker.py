@@ -3,9 +3,13 @@
 Dependency-free on purpose: the training process imports it (``from
 wrapper.checkpoint.marker import mark_complete``) and must not pay for fsspec.
 
-The rule the syncer relies on: the training writes each checkpoint file by tmp +
-rename, then calls :func:`mark_complete` LAST. A snapshot is publishable only when the
-marker exists and no checkpoint file is newer than it (see ``snapshot.py``).
+The training writes each checkpoint file (ideally by tmp + rename), then calls
+:func:`mark_complete` LAST. The marker records the step and the (size, mtime_ns, inode)
+of every file in the directory at that moment, so a publisher can tell exactly whether
+the directory still holds that complete checkpoint: any file written, replaced, added or
+removed afterwards makes the snapshot differ from the marker's list (even within one
+timestamp tick, since a rename gives a new inode). ``.resched/`` (the wrapper's own
+state) and temp files named ``*.resched-tmp-*`` are not part of the list.
 """
 
 from __future__ import annotations
@@ -14,36 +18,71 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 MARKER_NAME = "resched-complete.json"
+STATE_DIR = ".resched"
+TEMP_TAG = ".resched-tmp-"
 
 
 def mark_complete(directory: str | Path, step: int) -> None:
     """Record that the checkpoint of ``step`` in ``directory`` is complete (atomic)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"step must be a non-negative int, got {step!r}")
-    folder = Path(directory)
-    target = folder / MARKER_NAME
-    tmp = folder / f".{MARKER_NAME}.tmp-{os.getpid()}"
-    payload = json.dumps({"step": step, "time": time.time()}).encode()
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, target)
-    _fsync_dir(folder)
+    _write_marker(Path(directory), {"step": step, "time": time.time()})
 
 
 def read_marker(directory: str | Path) -> int | None:
     """The step recorded by the marker in ``directory``, or None (absent or unreadable)."""
+    data = marker_data(directory)
+    step = data.get("step") if data else None
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    return step
+
+
+def marker_data(directory: str | Path) -> dict[str, Any] | None:
     try:
         data = json.loads((Path(directory) / MARKER_NAME).read_bytes())
     except (OSError, ValueError):
         return None
-    step = data.get("step") if isinstance(data, dict) else None
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return None
-    return step
+    return data if isinstance(data, dict) else None
+
+
+def restamp_marker(directory: str | Path) -> None:
+    """Re-record the file list of an existing marker (after a verified restore wrote the
+    same files anew: new inodes and times, same content). Keeps step and time."""
+    data = marker_data(directory)
+    if data is not None and read_marker(directory) is not None:
+        _write_marker(Path(directory), {"step": data["step"], "time": data.get("time")})
+
+
+def checkpoint_files(folder: Path) -> dict[str, list[int]]:
+    """relative path -> [size, mtime_ns, inode] of every file the marker covers."""
+    found: dict[str, list[int]] = {}
+    for root, dirs, names in os.walk(folder):
+        base = Path(root)
+        if base == folder and STATE_DIR in dirs:
+            dirs.remove(STATE_DIR)
+        for name in names:
+            if TEMP_TAG in name or (base == folder and name == MARKER_NAME):
+                continue
+            st = os.lstat(base / name)
+            relpath = (base / name).relative_to(folder).as_posix()
+            found[relpath] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    return found
+
+
+def _write_marker(folder: Path, data: dict[str, Any]) -> None:
+    data["files"] = checkpoint_files(folder)
+    target = folder / MARKER_NAME
+    tmp = folder / f".{MARKER_NAME}{TEMP_TAG}{os.getpid()}"
+    with open(tmp, "wb") as handle:
+        handle.write(json.dumps(data).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+    _fsync_dir(folder)
 
 
 def _fsync_dir(folder: Path) -> None:

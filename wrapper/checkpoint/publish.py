@@ -119,6 +119,12 @@ class _Uploads:
             return tuple(pool.map(self._one, files))
 
     def _one(self, file: LocalFile) -> FileEntry:
+        try:
+            return self._send(file)
+        except FileNotFoundError:
+            raise SnapshotUnstableError(f"{file.path} vanished while it was published") from None
+
+    def _send(self, file: LocalFile) -> FileEntry:
         size = file.stat.st_size
         sha = self.cache.get(file.relpath, file.stat)
         if sha is not None and self.trusted.get(sha) == size:

@@ -28,7 +28,7 @@ from wrapper.checkpoint.layout import (
     read_pointer,
 )
 from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
-from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
@@ -53,6 +53,7 @@ def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = 
         try:
             manifest = read_manifest(store, ref)
             _download_verified(store, manifest, target, progress)
+            restamp_marker(target)  # same files, new inodes: keep the snapshot publishable
         except (_Unusable, CheckpointError) as why:
             if isinstance(why, UnsafePathError):
                 raise

@@ -4,9 +4,11 @@ Symlinks and special files in the source are refused (never followed): a checkpo
 is regular files only. Our own temp files (``*.resched-tmp-*``) are skipped.
 
 Publish rule (documented in docs/checkpoint.md): a snapshot is publishable when
-- the directory has the completion marker (``resched-complete.json``) and no file
-  outside ``.resched/`` (the wrapper's own state) is newer than the marker, or there is
-  no marker at all and no file changed in the last ``settle_s`` seconds; and
+- the directory has the completion marker (``resched-complete.json``) and its files
+  (outside ``.resched/``, the wrapper's own state) are exactly those the marker listed,
+  with the same size, mtime_ns and inode; or, for a marker without a file list, no file
+  is newer than the marker; or, with no marker at all, no file changed in the last
+  ``settle_s`` seconds; and
 - the file stats taken before hashing are unchanged after the upload (re-checked).
 Otherwise the syncer skips the round and tries again sooner.
 """
@@ -19,10 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
-from wrapper.checkpoint.marker import MARKER_NAME
-
-TEMP_TAG = ".resched-tmp-"
-STATE_DIR = ".resched"
+from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR, TEMP_TAG, marker_data
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,10 @@ def take_snapshot(directory: Path) -> Snapshot:
         base = Path(root)
         for name in sorted(dirs) + sorted(names):
             full = base / name
-            st = os.lstat(full)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                raise SnapshotUnstableError(f"{full} vanished while it was scanned") from None
             relpath = full.relative_to(directory).as_posix()
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafePathError(
@@ -94,6 +96,17 @@ def check_publishable(snapshot: Snapshot, *, now_ns: int, settle_s: float) -> No
         f for f in snapshot.files
         if f.relpath != MARKER_NAME and not f.relpath.startswith(STATE_DIR + "/")
     ]
+    listed = (marker_data(snapshot.directory) or {}).get("files") if marker else None
+    if isinstance(listed, dict):
+        actual = {f.relpath: [f.stat.st_size, f.stat.st_mtime_ns, f.stat.st_ino] for f in watched}
+        differ = sorted(set(actual) ^ set(listed) | {
+            p for p in set(actual) & set(listed) if actual[p] != listed[p]})
+        if differ:
+            raise SnapshotUnstableError(
+                f"{len(differ)} file(s) differ from the completion marker's list (e.g. "
+                f"{differ[0]}): a checkpoint is still being written"
+            )
+        return
     if marker is not None:
         newer = [f.relpath for f in watched if f.stat.st_mtime_ns > marker.stat.st_mtime_ns]
         if newer:

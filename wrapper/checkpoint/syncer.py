@@ -89,7 +89,11 @@ class PeriodicSyncer:
             if delay > 0:
                 self._sleep(delay)
                 continue
-            self.sync_once()
+            try:
+                self.sync_once()
+            except Exception as bug:  # noqa: BLE001 (the timer must outlive any one round)
+                self.last_skip = None
+                self._log(f"sync round failed unexpectedly: {type(bug).__name__}: {bug}")
             retry_soon = self.last_skip is not None and self.last_skip.startswith("incomplete")
             due = self._clock() + (self.retry_soon_s if retry_soon else self.frequency_s)
 
