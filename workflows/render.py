@@ -37,16 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from workflows import render_worker
 from workflows.errors import RenderError
 from workflows.values import (
     ValueOptions,
+    YamlLoadError,
     apply_dotted_keys,
     dotted_assignments,
     dotted_key_notes,
     resolve_values,
+    safe_load_yaml,
 )
 
 __all__ = [
@@ -124,12 +124,10 @@ def split_sections(text: str, source: str = "<string>") -> dict[str, Section]:
 
 def _parse_section(section: Section, source: str) -> Any:
     try:
-        parsed = yaml.safe_load(section.text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = section.line + mark.line if mark is not None else section.line
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise RenderError(f"{section.key} is not valid YAML: {problem}",
+        parsed = safe_load_yaml(section.text)
+    except YamlLoadError as error:
+        line = section.line + (error.line or 0)
+        raise RenderError(f"{section.key} is not valid YAML: {error.problem}",
                           where=f"{source}:{line}") from error
     return parsed.get(section.key) if isinstance(parsed, dict) else None
 

@@ -36,6 +36,7 @@ from workflows.errors import UsageError
 
 __all__ = [
     "ValueOptions",
+    "YamlLoadError",
     "apply_dotted_keys",
     "coerce_set_value",
     "deep_merge",
@@ -43,6 +44,7 @@ __all__ = [
     "dotted_key_notes",
     "load_values_file",
     "resolve_values",
+    "safe_load_yaml",
     "split_set_item",
 ]
 
@@ -79,9 +81,10 @@ def split_set_item(item: str, flag: str = "--set") -> tuple[str, str]:
     """Split ``KEY=VALUE`` at the first ``=``; a missing ``=`` is a usage error."""
     key, sep, value = item.partition("=")
     if not sep:
+        shown = item if item.isprintable() else repr(item)  # keep the error on one line
         raise UsageError(
-            f"{flag} {item}: expected KEY=VALUE",
-            fix=f"write {flag} {item or 'KEY'}=VALUE",
+            f"{flag} {shown}: expected KEY=VALUE",
+            fix=f"write {flag} {shown or 'KEY'}=VALUE",
         )
     return key, value
 
@@ -96,6 +99,33 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+class YamlLoadError(Exception):
+    """YAML that cannot be loaded; ``line`` is 0-based when the parser knows it."""
+
+    def __init__(self, problem: str, line: int | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+
+
+def safe_load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with every way it fails as :class:`YamlLoadError`.
+
+    PyYAML raises more than ``YAMLError``: ``2001-13-01`` is a ValueError from
+    ``datetime``, ``!!int x`` a ValueError, a thousand nested ``[`` a RecursionError.
+    """
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise YamlLoadError(problem, mark.line if mark is not None else None) from error
+    except RecursionError as error:
+        raise YamlLoadError("nested too deeply", None) from error
+    except (ValueError, TypeError, OverflowError) as error:
+        raise YamlLoadError(str(error), None) from error
 
 
 def load_values_file(path: Path) -> dict[str, Any]:
@@ -114,12 +144,10 @@ def load_values_file(path: Path) -> dict[str, Any]:
             where=str(path),
         ) from error
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise UsageError(f"values file is not valid YAML: {problem}", where=where) from error
+        data = safe_load_yaml(text)
+    except YamlLoadError as error:
+        where = f"{path}:{error.line + 1}" if error.line is not None else str(path)
+        raise UsageError(f"values file is not valid YAML: {error.problem}", where=where) from error
     if data is None:
         return {}
     if not isinstance(data, Mapping):

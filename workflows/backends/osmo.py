@@ -30,6 +30,7 @@ import yaml
 from workflows.backends.base import Backend, Request, SubmitResult
 from workflows.errors import BackendError, UsageError
 from workflows.render import TOKEN_RE
+from workflows.values import YamlLoadError, safe_load_yaml
 
 if TYPE_CHECKING:
     from workflows.pipeline import LoadedWorkflow
@@ -147,9 +148,9 @@ def inline_localpaths(rendered_text: str, base_dir: Path) -> str:
     if "localpath" not in rendered_text:
         return rendered_text
     try:
-        document = yaml.safe_load(rendered_text)
-    except yaml.YAMLError as error:
-        raise BackendError(f"the rendered workflow is not valid YAML: {error}") from error
+        document = safe_load_yaml(rendered_text)
+    except YamlLoadError as error:
+        raise BackendError(f"the rendered workflow is not valid YAML: {error.problem}") from error
     entries = _localpath_entries(document)
     if not entries:
         return rendered_text
@@ -164,9 +165,9 @@ def inline_localpaths(rendered_text: str, base_dir: Path) -> str:
             replacement = f"{match.group('lead')}contents: {_flow_scalar(text)}"
             edited = edited[: match.start()] + replacement + edited[match.end():]
         try:
-            if yaml.safe_load(edited) == document:
+            if safe_load_yaml(edited) == document:
                 return edited
-        except yaml.YAMLError:
+        except (YamlLoadError, RecursionError):
             pass
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=float("inf"))
 

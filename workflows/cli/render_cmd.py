@@ -36,10 +36,9 @@ def render_command(
     for note in rendered.notes:
         click.echo(f"resched: warning: {note}", err=True)
     text = rendered.text if raw else rendered.text + "\n"
-    stream = click.get_binary_stream("stdout")
-    stream.write(text.encode("utf-8", "surrogateescape"))
-    stream.flush()
     sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
 
 
 COMMANDS: list[click.Command] = [render_command]
