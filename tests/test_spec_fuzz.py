@@ -99,14 +99,14 @@ def test_random_text_never_crashes(text: str) -> None:
     _check("workflow:\n" + text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(TREES)
 def test_random_trees_never_crash(tree: Any) -> None:
     _check(yaml.safe_dump({"workflow": tree}))
     _check(yaml.safe_dump(tree))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(workflow=WORKFLOWS)
 def test_near_valid_workflows_validate_or_fail_cleanly_and_lint_never_crashes(
     workflow: dict[str, Any], tmp_path: Path

@@ -7,30 +7,17 @@ source; ``workflow_line`` is where ``workflow:`` starts in the file.
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from workflows.lint import Finding, LintOptions, lint_workflow
+from workflows.render import Rendered
 from workflows.spec import Workflow
 from workflows.spec_load import parse_workflow
 
 FIXTURES = Path(__file__).parent
 
-try:  # the real one once workflows/render.py lands
-    from workflows.render import Rendered
-except ImportError:  # pragma: no cover - before render lands
-
-    @dataclass(frozen=True)
-    class Rendered:  # type: ignore[no-redef]
-        source: Path | None
-        source_text: str
-        text: str
-        workflow_line: int
-        values: dict[str, Any]
-
-
-def rendered_from(source_text: str, source: Path | None = None) -> Any:
+def rendered_from(source_text: str, source: Path | None = None) -> Rendered:
     """A Rendered for Jinja-free source text: the workflow section, as OSMO cuts it."""
     lines = source_text.splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.startswith("workflow:"))
