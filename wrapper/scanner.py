@@ -2,7 +2,8 @@
 
 ``feed`` is called for every line the training prints, so it must be cheap: one
 combined prefilter regex (all rule patterns joined) rejects the ordinary line with a
-single C-level search; only lines it accepts are tested rule by rule. ANSI colour
+single C-level search (see wrapper/prefilter.py); only lines it accepts are tested
+rule by rule. ANSI colour
 codes are removed before matching. Hits are kept per rule (the first and the last
 few), so a flood of cascade lines can never push the root cause out.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wrapper.launcher_logs import strip_ansi
+from wrapper.prefilter import Prefilter
 
 if TYPE_CHECKING:
     from wrapper.rules import RuleSet
@@ -45,30 +47,23 @@ class LineScanner:
         self._rules: list[tuple[str, tuple[re.Pattern[str], ...]]] = [
             (rule.id, rule.patterns) for rule in rules.rules if rule.patterns
         ]
-        unique = dict.fromkeys(p.pattern for _, patterns in self._rules for p in patterns)
-        self._prefilter = re.compile("|".join(f"(?:{p})" for p in unique), re.MULTILINE) if unique else None
+        self._prefilter = Prefilter([p for _, patterns in self._rules for p in patterns])
+        self._any_patterns = bool(self._rules)
+        self._may_match = self._prefilter.may_match
         self._lines: dict[str, int] = {}
         self._seq = 0
         self._first: dict[str, list[LogHit]] = {}
         self._last: dict[str, deque[LogHit]] = {}
 
-    @property
-    def prefilter(self) -> re.Pattern[str] | None:
-        """The combined regex (also what the benchmark hands to ``grep -E``)."""
-        return self._prefilter
-
     def feed(self, line: str, stream: str = "stdout") -> LogHit | None:
         """Scan one line; return the hit of the highest-precedence rule, if any."""
-        lineno = self._lines.get(stream, 0) + 1
-        self._lines[stream] = lineno
-        if self._prefilter is None:
-            return None
+        lines = self._lines
+        lineno = lines[stream] = lines.get(stream, 0) + 1
         if "\x1b" in line:
             line = strip_ansi(line)
-        found = self._prefilter.search(line)
-        if found is None:
+        if not self._may_match(line):
             return None
-        return self._match_line(line.rstrip("\r\n"), stream, lineno, found.start())
+        return self._match_line(line.rstrip("\r\n"), stream, lineno)
 
     def feed_text(self, text: str, stream: str = "stdout") -> int:
         """Scan a chunk of whole lines at once (same result as feeding each line).
@@ -81,29 +76,24 @@ class LineScanner:
             text = strip_ansi(text)
         lines_in_chunk = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
         self._lines[stream] = base + lines_in_chunk
-        if self._prefilter is None:
+        if not self._any_patterns:
             return lines_in_chunk
+        starts = sorted({text.rfind("\n", 0, pos) + 1 for pos in self._prefilter.candidates(text)})
         counted_to, counted = 0, 0
-        pos = 0
-        search = self._prefilter.search
-        while True:
-            found = search(text, pos)
-            if found is None:
-                break
-            start = text.rfind("\n", 0, found.start()) + 1
-            end = text.find("\n", found.start())
+        for start in starts:
+            end = text.find("\n", start)
             end = len(text) if end < 0 else end
             counted += text.count("\n", counted_to, start)
             counted_to = start
-            self._match_line(text[start:end].rstrip("\r"), stream, base + counted + 1, found.start() - start)
-            pos = end + 1
+            self._match_line(text[start:end].rstrip("\r"), stream, base + counted + 1)
         return lines_in_chunk
 
-    def _match_line(self, line: str, stream: str, lineno: int, start: int) -> LogHit | None:
+    def _match_line(self, line: str, stream: str, lineno: int) -> LogHit | None:
         first: LogHit | None = None
         for rule_id, patterns in self._rules:
-            if any(p.search(line) for p in patterns):
-                hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno, text=_window(line, start), seq=self._seq)
+            found = next((m for m in (p.search(line) for p in patterns) if m is not None), None)
+            if found is not None:
+                hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno, text=_window(line, found.start()), seq=self._seq)
                 self._seq += 1
                 self._store(hit)
                 first = first or hit

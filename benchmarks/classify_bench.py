@@ -1,0 +1,161 @@
+"""Classifier scan speed: LineScanner vs ``grep -E`` with the same patterns, one run.
+
+    .venv/bin/python benchmarks/classify_bench.py [--size-mb 200] [--keep FILE]
+
+Generates a multi-rank training log (Megatron / NCCL / torchrun noise, ANSI colour,
+a few real failure lines spread through it), then times on the SAME file:
+
+- ``LineScanner.feed`` per line (what ``resched wrap`` does while streaming),
+- ``LineScanner.feed_text`` on 4 MiB chunks (what ``resched classify`` can do),
+- ``grep -E -c`` with the catalogue's regexes joined (translated to POSIX ERE:
+  ``(?:`` -> ``(``, ``\\d`` -> ``[0-9]``, ``\\s`` -> ``[[:space:]]``, ``[^\\]]`` -> ``[^]]``,
+  lookaheads dropped),
+- ``grep -P -c`` with the regexes unchanged, when grep has PCRE.
+
+It prints MB/s for each and the ratios to ``grep -E``; the matched-line counts are
+printed too, as a check that every tool looked for the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wrapper.rules import load_rules
+from wrapper.scanner import LineScanner
+
+HITS = [
+    "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError",
+    "[Thu Nov 21 03:15:40 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=4113, name=python, GPU has fallen off the bus.",
+    "[rank5]:[E1121 03:25:43.511000 4113 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2201) ran for 600023 milliseconds before timing out.",
+    "[rank1]: KeyError: 'data_path'",
+    "\x1b[1;31m[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\x1b[0m",
+]
+
+
+def noise(rng: random.Random, i: int) -> str:
+    rank = rng.randrange(64)
+    kind = i % 6
+    if kind == 0:
+        return (f"[default{rank}]:[rank{rank}]: iteration {i:8d}/ 10000000 | consumed samples: {i * 128:12d} | "
+                f"elapsed time per iteration (ms): {1500 + rng.random() * 40:.1f} | learning rate: 1.499E-04 | "
+                f"lm loss: {rng.random() * 4:.6E} | loss scale: 1.0 | grad norm: {rng.random():.3f} |")
+    if kind == 1:
+        return f"dgx-a{rank // 8}:{3300 + rank}:{3391 + rank} [{rank % 8}] NCCL INFO Channel {i % 32:02d}/0 : {rank}[{rank % 8}] -> {(rank + 1) % 64}[{(rank + 1) % 8}] via P2P/IPC/read"
+    if kind == 2:
+        return f"\x1b[32m[I 2026-11-21 03:14:07]\x1b[0m rank {rank}: data loader worker {i % 8} prefetched 8 batches"
+    if kind == 3:
+        return f"[default{rank}]: saving checkpoint at iteration {i} to /tmp/models (async) ... done, took 1.2 s"
+    if kind == 4:
+        return f"[default{rank}]: throughput per GPU (TFLOP/s/GPU): {380 + rng.random() * 10:.1f} | tokens/s: {rng.randrange(900000, 990000)}"
+    return f"W1121 03:13:41.177000 {6000 + rank} torch/distributed/elastic/agent/server/api.py:874] rank {rank} heartbeat ok, timeout=1800"
+
+
+def make_log(path: Path, size_mb: int) -> int:
+    rng = random.Random(7)
+    target = size_mb * 1024 * 1024
+    written, i, hits = 0, 0, 0
+    with open(path, "w", encoding="utf-8") as out:
+        block: list[str] = []
+        while written < target:
+            line = HITS[hits % len(HITS)] if i % 50_003 == 50_002 else noise(rng, i)
+            hits += i % 50_003 == 50_002
+            block.append(line)
+            i += 1
+            if len(block) == 10_000:
+                text = "\n".join(block) + "\n"
+                out.write(text)
+                written += len(text.encode())
+                block = []
+    return hits
+
+
+def to_ere(pattern: str) -> str:
+    pattern = re.sub(r"\(\?![^)]*(?:\([^)]*\)[^)]*)*\)", "", pattern)  # drop negative lookaheads
+    pattern = pattern.replace("(?:", "(").replace(r"\d", "[0-9]").replace(r"\s", "[[:space:]]")
+    pattern = pattern.replace(r"[^\]]", "[^]]")  # in a POSIX bracket a backslash is literal
+    return re.sub(r"\(\?[aiLmsux]+:", "(", pattern)
+
+
+def time_it(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def scan_per_line(path: Path, rules) -> int:
+    scanner = LineScanner(rules)
+    feed = scanner.feed
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            feed(line)
+    return len({(h.lineno) for h in scanner.hits})
+
+
+def scan_chunks(path: Path, rules) -> int:
+    scanner = LineScanner(rules)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        rest = ""
+        while True:
+            chunk = handle.read(4 * 1024 * 1024)
+            if not chunk:
+                break
+            chunk = rest + chunk
+            cut = chunk.rfind("\n") + 1
+            rest = chunk[cut:]
+            scanner.feed_text(chunk[:cut])
+        if rest:
+            scanner.feed_text(rest)
+    return len({(h.lineno) for h in scanner.hits})
+
+
+def grep_count(args: list[str], path: Path) -> int:
+    result = subprocess.run(["grep", *args, str(path)], capture_output=True, text=True, check=False)
+    if result.returncode not in (0, 1):
+        raise RuntimeError(result.stderr.strip())
+    return int(result.stdout.strip() or 0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=200)
+    parser.add_argument("--keep", type=Path, default=None, help="write the log here and keep it")
+    args = parser.parse_args()
+    rules = load_rules()
+    patterns = list(dict.fromkeys(p.pattern for rule in rules.rules for p in rule.patterns))
+    workdir = Path(tempfile.mkdtemp(prefix="classify-bench-"))
+    log = args.keep or workdir / "bench.log"
+    try:
+        hits = make_log(log, args.size_mb)
+        size_mb = log.stat().st_size / 1e6
+        print(f"log: {log} {size_mb:.1f} MB, {hits} failure lines among noise; {len(patterns)} patterns")
+        env = dict(os.environ, LC_ALL="C")
+        os.environ.update(env)
+        results = {}
+        results["grep -E"] = time_it(lambda: grep_count(["-c", "-E", "|".join(to_ere(p) for p in patterns)], log))
+        try:
+            results["grep -P"] = time_it(lambda: grep_count(["-c", "-P", "|".join(f"(?:{p})" for p in patterns)], log))
+        except RuntimeError as error:
+            print(f"grep -P unavailable: {error}")
+        results["LineScanner.feed_text (4 MiB chunks)"] = time_it(lambda: scan_chunks(log, rules))
+        results["LineScanner.feed (per line)"] = time_it(lambda: scan_per_line(log, rules))
+        base = size_mb / results["grep -E"][0]
+        for name, (seconds, count) in results.items():
+            speed = size_mb / seconds
+            print(f"{name:40s} {seconds:7.2f} s  {speed:8.1f} MB/s  ratio to grep -E {speed / base:6.3f}  matched lines {count}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
