@@ -356,6 +356,17 @@ def test_rs010_explicit_true_points_at_the_key(tmp_path: Path) -> None:
     assert source[finding.line - 1].strip() == "ignoreNonleadStatus: true"
 
 
+def test_rs010_is_an_info_without_reschedule(tmp_path: Path) -> None:
+    workflow = good_workflow()
+    del workflow["groups"][0]["ignoreNonleadStatus"]
+    for task in _tasks(workflow):
+        task["exitActions"] = {}
+        task["files"] = []
+    finding = _one(lint_dict(workflow, tmp_path, **POOL), "RS010")
+    assert finding.severity == "info"
+    assert "a failed non-lead task is ignored" in finding.message
+
+
 def test_rs010_one_task_group_is_fine(tmp_path: Path) -> None:
     workflow = good_workflow()
     group = workflow["groups"][0]

@@ -184,3 +184,12 @@ def test_bad_options_are_usage_errors(journey: Path) -> None:
     assert run("lint", str(journey), "--format", "xml").exit_code == 2
     assert run("lint", str(journey), "--target", "k8s").exit_code == 2
     assert run("lint", str(journey), "--pool-retry-limit", "-1").exit_code == 2
+
+
+def test_values_files_feed_lint(journey: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("upload_location: s3://from/file\n")
+    result = run("lint", str(journey), "-f", str(values), "--format", "json")
+    assert "s3://from/file/models" in json.loads(result.stdout)[0]["fix"]
+    result = run("lint", str(journey), "-f", str(values), "--set", "upload_location=s3://x/y", "--format", "json")
+    assert "s3://x/y/models" in json.loads(result.stdout)[0]["fix"]

@@ -4,6 +4,24 @@ Each rule is a small function in one module per family (checkpoints, exit codes,
 codes, groups, files, source text) that yields :class:`Finding` objects; ``RULES``
 lists them all. ``lint_workflow`` runs every rule and sorts the findings by severity
 then source line.
+
+  RS001 warning  a task of the checkpoint's group lacks the checkpoint (url/<basename>) as an input
+  RS002 error    file:// or plain-path url in inputs/outputs/checkpoint (target osmo only)
+  RS003 warning  only non-lead tasks write a checkpoint
+  RS004 info     RESCHEDULE needs the pool's max_retry_per_task > 0 (warning when declared 0)
+  RS005 warning  exit codes under two actions (the first listed wins silently)
+  RS006 varies   RESCHEDULE on 0, 1, 16, 17, 93 or a signal code (137/143: info)
+  RS007 error    codes above 255 that are not OSMO's own (warning for a range reaching there)
+  RS008 error    `resched wrap` reschedule code not under the task's RESCHEDULE (default 3: warning)
+  RS009 error    `resched wrap` abort code is a RESCHEDULE code
+  RS010 warning  multi-task group with ignoreNonleadStatus true (info without RESCHEDULE)
+  RS011 warning  more than 20 tasks (OSMO's default max_num_tasks)
+  RS012 warning  checkpoint frequency below 30 s, or not above --checkpoint-write-seconds
+  RS013 error    a runtime token with spaces (`{{ workflow_id }}`) in the source
+  RS014 error    `{#` outside `{% raw %}` (e.g. ${#arr[@]}) in the source
+  RS015 error    a localpath file that does not exist (relative to the spec's folder)
+  RS016 warning  RESCHEDULE but nothing in the group checkpoints (and wrap owns no store)
+  RS017 warning  COMPLETE on 1 or a signal code: a crash would count as success
 """
 
 from __future__ import annotations

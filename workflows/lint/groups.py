@@ -19,11 +19,17 @@ def rs010_ignore_nonlead_status(ctx: LintContext) -> Iterator[Finding]:
         said = "sets ignoreNonleadStatus: true" if explicit else (
             "leaves ignoreNonleadStatus unset, and OSMO's default is true"
         )
+        reschedules = any("RESCHEDULE" in t.exitActions for t in group.tasks)
         yield ctx.finding(
-            "RS010", "warning", path,
-            f"group {group.name} has {len(group.tasks)} tasks and {said}: when a non-lead task "
-            "reschedules only it gets a new pod (and a failed one is ignored), so the others "
-            "wait in a broken rendezvous",
+            "RS010", "warning" if reschedules else "info", path,
+            f"group {group.name} has {len(group.tasks)} tasks and {said}: "
+            + (
+                "when a non-lead task reschedules only it gets a new pod, so the others wait "
+                "in a broken rendezvous (and a failed non-lead is ignored)"
+                if reschedules
+                else "a failed non-lead task is ignored, so a distributed training would wait "
+                "for it in a broken rendezvous"
+            ),
             f"set `ignoreNonleadStatus: false` on group {group.name} so the whole group restarts",
         )
 
