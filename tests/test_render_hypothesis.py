@@ -67,6 +67,7 @@ _PREVIEW_TAILS = st.one_of(_TEXT, st.text(max_size=60))
 @example(tail="\ndefault-values:\n  a: 1\nversion: 2\n")
 @example(tail="\r\n{% endraw %}\r")
 @example(tail="{")
+@example(tail="{\r")
 @example(tail="\n\n")
 def test_escape_for_server_round_trips(tail: str) -> None:
     preview = "workflow:" + tail

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 _LENGTH = struct.Struct(">Q")
+MIB = 1024 * 1024
 
 
 class CpuLimitExceeded(BaseException):
@@ -397,7 +398,34 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
+def measure() -> None:
+    """``python workflows/render_worker.py --measure``: what the limits leave a template."""
+    info = worker_info()
+    print(f"worker after start: vm {info['vm_bytes'] / MIB:.1f} MiB, rss {info['rss_bytes'] / MIB:.1f} MiB")
+    low, high = 1, 200  # MiB of one string the template builds (its output is its length)
+    while low < high:
+        middle = (low + high + 1) // 2
+        result = render_in_sandbox(f"{{{{ ('x' * {middle} * 1048576) | length }}}}", {})
+        low, high = (middle, high) if result.failure is None else (low, middle - 1)
+    print(f"largest string a template can build: {low} MiB (limit: vm at render + "
+          f"{MEMORY_LIMIT_BYTES // MIB} MiB)")
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    result = render_in_sandbox(loop, {})
+    wall = time.monotonic() - started
+    shutdown()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    kind = result.failure.kind if result.failure else "none"
+    print(f"endless loop: stopped by {kind} after {wall:.2f} s wall; the worker's whole life "
+          f"used {cpu:.2f} s CPU (limit {CPU_LIMIT_S} s per render)")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--measure"]:
+        measure()
+        return
     signal.signal(signal.SIGPROF, _on_cpu_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches it
     # The protocol gets its own copy of fd 1; fd 1 itself becomes stderr, so that a stray

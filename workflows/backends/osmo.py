@@ -47,7 +47,8 @@ _ESCAPED_BRACE = "{{ '{' }}"
 _ESCAPED_CR = "{{ '\\r' }}"
 # A runtime token (kept when the server would give it back unchanged), the `{` of a Jinja
 # delimiter, or a CR; the token alternative comes first, as in the server's findall.
-_SPECIAL_RE = re.compile(r"(?P<token>" + TOKEN_RE.pattern + r")|\{(?=[{%#])|\r")
+# (A `{` before a CR counts too: the CR's escape starts with `{`.)
+_SPECIAL_RE = re.compile(r"(?P<token>" + TOKEN_RE.pattern + r")|\{(?=[{%#\r])|\r")
 _KEY_LINE_RE = re.compile(r"^(?=[a-zA-Z][a-zA-Z0-9_-]*:)", re.MULTILINE)
 _WORKFLOW_ID_RE = re.compile(r"Workflow ID\s*-\s*(\S+)")
 
