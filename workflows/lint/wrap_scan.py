@@ -16,7 +16,7 @@ DEFAULT_RESCHEDULE_CODE = 3
 DEFAULT_ABORT_CODE = 1
 _MAX_LOCAL_FILE = 1 << 20
 
-_WRAP = re.compile(r"\bresched\s+wrap\b")
+_WRAP = re.compile(r"\bresched(?:\s+--debug)?\s+wrap\b")
 _END_OF_OPTIONS = re.compile(r"\s--(?:\s|$)|\n")
 _ENV_ASSIGN = r"\b{name}=['\"]?(\S+?)['\"]?(?:\s|;|$)"
 
