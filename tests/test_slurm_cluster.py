@@ -9,6 +9,7 @@ the second run starts from.
 
 from __future__ import annotations
 
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from workflows.backends.slurm.status import read_job_status
 from workflows.pipeline import load_workflow
 from workflows.values import ValueOptions
 
+REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
 
 TINY_TRAIN = textwrap.dedent(
@@ -182,3 +184,43 @@ def test_grace_signal_checkpoints_and_requeues_for_free(
     assert resumed_at >= 5  # the stop published a checkpoint at least as new as step 5
     status = read_job_status(job_id, workdir=workdir)
     assert [a.result for a in status.allocations] == ["PREEMPT", "COMPLETE"]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_shipped_multi_node_template_recovers_under_slurm(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """The issue's "done when": templates/multi-node-torchrun.yaml, unchanged, via the CLI.
+
+    Rank 1 (worker_1) hits Megatron's exit 16 once; its wrapper decides reschedule and marks
+    the node; the job is requeued onto the other node, resumes from the checkpoint the
+    master published, and finishes.
+    """
+    workdir = tmp_path / "wd"
+    train_args = (
+        f"--fail-at-step 15 --fault exit16 --fail-rank 1 --fail-once-file {workdir}/failed-once"
+    )
+    submitted = slurm_cluster.run(
+        "resched", "submit", "--backend", "slurm", str(REPO / "templates" / "multi-node-torchrun.yaml"),
+        "--set", f"upload_location=file://{tmp_path}/ck", "steps=40", "checkpoint_every=5",
+        "step_time=0.05", "checkpoint_cadence=2s", "--set-string", f"train_args={train_args}",
+        "--tasks-per-node", "2", "--workdir", str(workdir),
+    )  # fmt: skip
+    job_id = submitted.stdout.strip().rsplit("job ", 1)[1]
+    info = slurm_cluster.wait_for_state(job_id, {"COMPLETED", "FAILED"}, timeout_s=150)
+    log = batch_log(workdir, job_id)
+    assert info["JobState"] == "COMPLETED", log
+    assert info["Restarts"] == "1"
+    first_node = (workdir / job_id / "allocations.log").read_text().split("\t")[1]
+    assert info["ExcNodeList"] == first_node and info["NodeList"] != first_node, log
+    second = (workdir / job_id / "allocation-1" / "tasks" / "master" / "task.log").read_text()
+    # After the requeue the master's input 0 (upload_location/models) came back from the
+    # store the master's wrapper published to, and the training started from that step.
+    staged = re.search(r"allocation-1/tasks/master/input/0: store, \d+ file\(s\), step (\w+)", log)
+    assert staged is not None, log
+    if staged.group(1) != "None":
+        assert f"resched-train: resumed from step {staged.group(1)}" in second
+    assert "resched-train: final checksum" in second
+    status = slurm_cluster.run("resched", "status", job_id).stdout
+    assert f"excluded {first_node}" in status and "RESCHEDULE (worker_1 exit 3)" in status
