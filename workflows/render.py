@@ -22,6 +22,12 @@ What the server does (reference/osmo-workflow-semantics.md section 2), step by s
 A file that is not templated (no ``{%``, ``{{``, ``{#`` or ``default-values``) goes
 through the same steps: OSMO's client sends it to the server for ``--dry-run`` too,
 and for such text rendering changes nothing but the cut, the final newline and CRLF.
+(OSMO's client source tests for ``'{%%'``, a typo for ``'{%'``: with that client a file
+whose only Jinja is ``{% ... %}`` is not sent for rendering at all and fails as YAML;
+resched follows the reference and renders it, as the server would.)
+
+``resched render`` prints the text plus one newline, as ``osmo workflow submit
+--dry-run`` prints it (``--raw`` for the text alone); see workflows/cli/render_cmd.py.
 
 Errors are one line each (:class:`RenderError`): the file, the source line where one is
 known (Jinja's template line mapped back through the section's first line), and what is
@@ -231,7 +237,7 @@ def render_text(text: str, options: ValueOptions, *, source: str = "<string>") -
 
 
 def render_file(path: Path, options: ValueOptions) -> Rendered:
-    """Read and render a workflow file (UTF-8, as OSMO's client reads it)."""
+    """Read and render a workflow file as OSMO's client reads it (UTF-8, universal newlines)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
