@@ -244,6 +244,8 @@ def parse_failure_summary(lines: Sequence[str], source: str = "log", first_linen
         elif current is not None:
             current["in_traceback"] = key == "traceback"
             current[key] = value
+            if key == "exitcode":  # evidence points at the line that shows the code
+                current["lineno"] = lineno
             if key == "traceback":
                 _note_traceback_line(current, value)
     if current is not None:
