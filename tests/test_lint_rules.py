@@ -315,6 +315,16 @@ def test_rs008_reads_localpath_scripts(tmp_path: Path) -> None:
     assert finding.path == "workflow.groups[0].tasks[1].files[0].localpath"
 
 
+def test_rs008_python_files_are_not_scanned_as_scripts(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text('"""Run me under: resched wrap --reschedule-code 4 -- torchrun"""\n')
+    (tmp_path / "run").write_text("#!/usr/bin/env bash\nresched wrap --reschedule-code 4 -- python t.py\n")
+    workflow = good_workflow()
+    _tasks(workflow)[1]["files"] = [{"path": "/tmp/job/train.py", "localpath": "train.py"}]
+    assert lint_dict(workflow, tmp_path, **POOL) == []
+    _tasks(workflow)[1]["files"].append({"path": "/tmp/job/run", "localpath": "run"})
+    assert _one(lint_dict(workflow, tmp_path, **POOL), "RS008").path.endswith("files[1].localpath")
+
+
 def test_rs009_abort_code_that_reschedules(tmp_path: Path) -> None:
     workflow = _with_script(good_workflow(), "resched wrap --abort-code 3 -- torchrun x\n")
     finding = _one(lint_dict(workflow, tmp_path, **POOL), "RS009")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workflows.lint.core import Finding, LintContext, TaskSite
-from workflows.lint.wrap_scan import wrap_calls
+from workflows.lint.wrap_scan import task_wrap_calls
 from workflows.spec import Checkpoint, Task
 
 MIN_FREQUENCY_S = 30.0
@@ -88,7 +88,7 @@ def rs012_checkpoint_frequency(ctx: LintContext) -> Iterator[Finding]:
 
 
 def _wrap_owns_store(site: TaskSite, ctx: LintContext) -> bool:
-    return any(call.checkpoint_url for call in wrap_calls(site, ctx.base_dir))
+    return any(call.checkpoint_url for call in task_wrap_calls(ctx, site))
 
 
 def rs016_reschedule_without_checkpoint(ctx: LintContext) -> Iterator[Finding]:

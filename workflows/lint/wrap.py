@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from workflows.lint.core import Finding, LintContext, TaskSite
-from workflows.lint.wrap_scan import WrapCall, wrap_calls
+from workflows.lint.wrap_scan import WrapCall, task_wrap_calls
 
 
 def _codes_text(site: TaskSite, action: str) -> str:
@@ -25,7 +25,7 @@ def _how(call: WrapCall, kind: str) -> str:
 def rs008_wrap_code_not_rescheduled(ctx: LintContext) -> Iterator[Finding]:
     """The wrapper's reschedule exit must be a RESCHEDULE code, or OSMO marks the task FAILED."""
     for site in ctx.sites:
-        for call in wrap_calls(site, ctx.base_dir):
+        for call in task_wrap_calls(ctx, site):
             code = call.reschedule_code
             if code is None:
                 continue
@@ -50,7 +50,7 @@ def rs008_wrap_code_not_rescheduled(ctx: LintContext) -> Iterator[Finding]:
 def rs009_abort_code_reschedules(ctx: LintContext) -> Iterator[Finding]:
     """An abort that OSMO reschedules burns GPU hours on a failure retrying cannot fix."""
     for site in ctx.sites:
-        for call in wrap_calls(site, ctx.base_dir):
+        for call in task_wrap_calls(ctx, site):
             code = call.abort_code
             if code is None or site.task.exit_action(code) != "RESCHEDULE":
                 continue

@@ -10,11 +10,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from workflows.lint.core import TaskSite
+from workflows.lint.core import LintContext, TaskSite
 
 DEFAULT_RESCHEDULE_CODE = 3
 DEFAULT_ABORT_CODE = 1
 _MAX_LOCAL_FILE = 1 << 20
+_SHELL_SUFFIXES = ("", ".sh", ".bash")
+_SHELL_SHEBANG = re.compile(r"^#!\S*/(?:env\s+)?(?:ba|z|da)?sh\b")
 
 _WRAP = re.compile(r"\bresched(?:\s+--debug)?\s+wrap\b")
 _END_OF_OPTIONS = re.compile(r"\s--(?:\s|$)|\n")
@@ -38,20 +40,24 @@ def _texts(site: TaskSite, base_dir: Path) -> list[tuple[str, str]]:
         if file.contents is not None and not file.base64:
             texts.append((f"{site.path}.files[{index}].contents", file.contents))
         elif file.localpath is not None:
-            local = _read_local(base_dir, file.localpath)
+            local = _read_local_script(base_dir, file.localpath)
             if local is not None:
                 texts.append((f"{site.path}.files[{index}].localpath", local))
     return texts
 
 
-def _read_local(base_dir: Path, localpath: str) -> str | None:
+def _read_local_script(base_dir: Path, localpath: str) -> str | None:
+    """A shell script uploaded with localpath (a Python file that mentions wrap is not one)."""
     path = (base_dir / Path(localpath).expanduser()).resolve()
     try:
         if not path.is_file() or path.stat().st_size > _MAX_LOCAL_FILE:
             return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
+    if path.suffix in _SHELL_SUFFIXES or _SHELL_SHEBANG.match(text):
+        return text
+    return None
 
 
 def _strip_comments(text: str) -> str:
@@ -85,6 +91,14 @@ def _code(
     if value is not None:
         return _as_code(value.strip()), "env"
     return default, "default"
+
+
+def task_wrap_calls(ctx: LintContext, site: TaskSite) -> tuple[WrapCall, ...]:
+    """:func:`wrap_calls`, computed once per task and lint run."""
+    key = ("wrap_calls", site.path)
+    if key not in ctx.memo:
+        ctx.memo[key] = wrap_calls(site, ctx.base_dir)
+    return ctx.memo[key]  # type: ignore[no-any-return]
 
 
 def wrap_calls(site: TaskSite, base_dir: Path) -> tuple[WrapCall, ...]:
