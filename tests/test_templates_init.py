@@ -102,3 +102,10 @@ def test_init_into_a_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="is not a directory"):
         init_template("single-node-torchrun", target)
     assert target.read_text() == "x"
+
+
+def test_init_again_over_identical_files_needs_no_force(tmp_path: Path) -> None:
+    init_template("single-node-torchrun", tmp_path)
+    result = init_template("single-node-torchrun", tmp_path)
+    assert result.backups == ()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py", "train.yaml"]

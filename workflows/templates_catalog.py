@@ -88,6 +88,13 @@ def referenced_files(template: Template) -> tuple[Path, ...]:
     return tuple(found)
 
 
+def _same_content(source: Path, dest: Path) -> bool:
+    try:
+        return dest.is_file() and dest.read_bytes() == source.resolve().read_bytes()
+    except OSError:
+        return False
+
+
 def _backup_name(path: Path) -> Path:
     backup = path.with_name(path.name + ".bak")
     number = 1
@@ -105,7 +112,11 @@ def init_template(name: str, directory: Path, *, force: bool = False) -> InitRes
     ]
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} exists and is not a directory", fix="choose another DIR")
-    existing = [dest for _, dest in copies if dest.exists() or dest.is_symlink()]
+    # A file that already holds exactly what we would write is no user file at risk.
+    existing = [
+        dest for source, dest in copies
+        if (dest.exists() or dest.is_symlink()) and not _same_content(source, dest)
+    ]
     if existing and not force:
         raise UsageError(
             "refusing to overwrite " + ", ".join(str(p) for p in existing),
