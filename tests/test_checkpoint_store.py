@@ -271,3 +271,12 @@ def _tamper_manifest(url: str, change) -> None:
     pointer["checkpoints"][0]["manifest_sha256"] = hashlib.sha256(body).hexdigest()
     raw.write_bytes("latest", json.dumps(pointer).encode())
 
+
+
+def test_duplicate_contents_upload_and_download_once(url: str, tmp_path: Path) -> None:
+    same = os.urandom(50000)
+    src = _tree(tmp_path / "src", 1, {"a.bin": same, "deep/b.bin": same, "c.bin": same})
+    store = CheckpointStore(url)
+    assert store.publish(src).uploaded_files == 2  # one blob for the three files + marker
+    store.restore(tmp_path / "out")
+    assert read_tree(tmp_path / "out") == read_tree(src)

@@ -135,10 +135,12 @@ class _Uploads:
             size, sha, written = self.store.ingest_local(file.path, blob_key, self.progress)
         else:
             sha = sha or hash_file(file.path)
-            written = self.trusted.get(sha) != size
+            with self._count_lock:  # two files with one content: one upload
+                written = self.trusted.get(sha) != size and sha not in self.sent
+                if written:
+                    self.sent.append(sha)
             if written:
                 self.store.put_file(file.path, blob_key(sha))
-                self.sent.append(sha)
             self._tick(size)
         if size != file.stat.st_size:
             raise SnapshotUnstableError(f"{file.path} changed size while it was published")

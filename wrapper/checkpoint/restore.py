@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import time
 import uuid
@@ -83,13 +84,20 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
         for _, final in places:
             staged.append((final.with_name(f"{final.name}{TEMP_TAG}{token}"), final))
 
+        first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
+        for index, entry in enumerate(manifest.files):
+            first.setdefault(entry.sha256, index)
+
         def fetch(index: int) -> None:
-            entry, (tmp, _) = manifest.files[index], staged[index]
-            _fetch_one(store, entry, tmp, progress)
+            _fetch_one(store, manifest.files[index], staged[index][0], progress)
 
         workers = 1 if store.is_local else 4
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
-            list(pool.map(fetch, range(len(places))))
+            list(pool.map(fetch, sorted(first.values())))
+        for index, entry in enumerate(manifest.files):  # same content again: copy, verified
+            if first[entry.sha256] != index:
+                staged[index][0].parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(staged[first[entry.sha256]][0], staged[index][0])
         for tmp, final in staged:
             os.replace(tmp, final)
         for folder in {final.parent for _, final in staged} | {target}:
