@@ -106,16 +106,23 @@ def _string_defaults(name: str) -> list[str]:
     return sorted(k for k, v in defaults.items() if isinstance(v, str))
 
 
+@pytest.mark.parametrize("flag", ["--set", "--set-string"])
 @pytest.mark.parametrize("name", SHIPPED)
-def test_a_set_value_cannot_change_the_yaml_structure(name: str) -> None:
+def test_a_set_value_cannot_change_the_yaml_structure(name: str, flag: str) -> None:
     baseline = render_file(TEMPLATES[name], ValueOptions(sets=(USER_BUCKET,)))
     base_spec = parse_rendered(baseline)
     base_shape = _shape(yaml.safe_load(baseline.text))
     keys = _string_defaults(name)
     assert {"upload_location", "image", "name"} <= set(keys)
     for key in keys:
+        used = _uses(name, key)
         for payload in INJECTIONS:
-            options = ValueOptions(sets=(USER_BUCKET,), set_strings=(f"{key}={payload}",))
+            item = f"{key}={payload}"
+            options = (
+                ValueOptions(sets=(USER_BUCKET, item))
+                if flag == "--set"
+                else ValueOptions(sets=(USER_BUCKET,), set_strings=(item,))
+            )
             try:
                 rendered = render_file(TEMPLATES[name], options)
                 spec = parse_rendered(rendered)
@@ -128,7 +135,7 @@ def test_a_set_value_cannot_change_the_yaml_structure(name: str) -> None:
             assert [t.exitActions for t in spec.all_tasks()] == [
                 t.exitActions for t in base_spec.all_tasks()
             ], (key, payload)
-            if _uses(name, key):  # the whole payload is one string value, verbatim
+            if used:  # the whole payload is one string value, verbatim
                 assert any(payload in v for v in _values(yaml.safe_load(rendered.text))), key
 
 
