@@ -25,8 +25,8 @@ class Collected:
     def __init__(self) -> None:
         self.lines: list[tuple[str, str]] = []
 
-    def __call__(self, line: str, stream: str) -> None:
-        self.lines.append((stream, line))
+    def __call__(self, text: str, stream: str) -> None:
+        self.lines.extend((stream, line) for line in text.split("\n"))
 
 
 def supervise(
@@ -44,7 +44,7 @@ def supervise(
     err = open(tmp_path / "err.bin", "wb")  # noqa: SIM115
     try:
         supervisor = Supervisor(
-            argv, env=environment, feed_line=collected, relay=relay or SignalRelay(),
+            argv, env=environment, feed_text=collected, relay=relay or SignalRelay(),
             options=SuperviseOptions(grace_s=grace_s, hang=hang or HangSettings(),
                                      heartbeat_file=heartbeat_file, poll_s=0.02,
                                      stdout_fd=out.fileno(), stderr_fd=err.fileno()),
@@ -247,7 +247,7 @@ def test_no_process_of_the_group_survives_any_path(tmp_path: Path) -> None:
             return super()._start_pumps(proc)
 
     supervisor = Recording(
-        [str(script)], env=child_env(), feed_line=Collected(), relay=SignalRelay(),
+        [str(script)], env=child_env(), feed_text=Collected(), relay=SignalRelay(),
         options=SuperviseOptions(grace_s=0.3, hang=HangSettings(fixed_s=0.5), poll_s=0.02,
                                  stdout_fd=os.open(os.devnull, os.O_WRONLY),
                                  stderr_fd=os.open(os.devnull, os.O_WRONLY)),
@@ -255,3 +255,39 @@ def test_no_process_of_the_group_survives_any_path(tmp_path: Path) -> None:
     run = supervisor.run()
     assert run.hung
     assert_group_gone(pgids[0])
+
+
+def test_an_output_burst_is_forwarded_whole_and_its_end_is_scanned(tmp_path: Path) -> None:
+    # 40 MB as fast as Python can write, then the line that explains the failure.
+    program = (
+        "import sys\n"
+        "block = b''.join(b'noise line %d of a flood\\n' % i for i in range(40000))\n"
+        "for _ in range(40):\n    sys.stdout.buffer.write(block)\n"
+        "sys.stdout.buffer.write(b'RuntimeError: the root cause\\n')\n"
+    )
+    slow_scan: list[tuple[str, str]] = []
+
+    def slow_collect(text: str, stream: str) -> None:
+        if text.strip("\n"):
+            import time
+
+            time.sleep(len(text) / 20e6)  # a scanner of 20 MB/s
+        slow_scan.extend((stream, line) for line in text.split("\n"))
+
+    out_fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    try:
+        run = Supervisor(
+            [PYTHON, "-c", program], env=child_env(), feed_text=slow_collect, relay=SignalRelay(),
+            options=SuperviseOptions(stdout_fd=out_fd),
+        ).run()
+    finally:
+        os.close(out_fd)
+    expected_lines = 40 * 40000 + 1
+    block = b"".join(b"noise line %d of a flood\n" % i for i in range(40000))
+    assert run.exit_code == 0
+    assert (tmp_path / "out").read_bytes() == block * 40 + b"RuntimeError: the root cause\n"
+    assert len(slow_scan) == expected_lines  # every line counted, in order
+    assert slow_scan[-1] == ("stdout", "RuntimeError: the root cause")
+    assert run.stdout_tail[-1] == "RuntimeError: the root cause"
+    scanned = sum(1 for _, line in slow_scan if line)
+    assert scanned + run.unscanned_lines == expected_lines

@@ -67,16 +67,22 @@ class AttemptRunner:
         restarts = [0]
         scanner = self.judge.new_scanner()
 
-        def feed_line(line: str, stream: str) -> None:
-            scanner.feed(line, stream)
-            if "attempts left" in line and IN_JOB_RESTART.search(line):
-                restarts[0] += 1  # the launcher's in-place restart: part of this attempt
+        feed_block = getattr(scanner, "feed_text", None)  # same result, prefilter in C
+
+        def feed_text(text: str, stream: str) -> None:
+            if feed_block is not None:
+                feed_block(text, stream)
+            else:
+                for line in text.split("\n"):
+                    scanner.feed(line, stream)
+            if "attempts left" in text:  # the launcher's in-place restarts: part of this attempt
+                restarts[0] += len(IN_JOB_RESTART.findall(text))
 
         supervisor = Supervisor(
             config.command, env=self._attempt_env(attempt, artifacts),
             options=SuperviseOptions(grace_s=config.grace_s, hang=hang,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
-            feed_line=feed_line, relay=self.relay, clock=self.clock,
+            feed_text=feed_text, relay=self.relay, clock=self.clock,
             on_hang=lambda silent, timeout: emit_event("failure_detected", {
                 "attempt": attempt, "kind": "hang", "silent_s": round(silent, 3),
                 "timeout_s": timeout}),
@@ -138,6 +144,9 @@ class AttemptRunner:
         return env
 
     def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
+        if run.unscanned_lines:
+            say(f"note: {run.unscanned_lines} lines came faster than the log scanner and were "
+                "forwarded unscanned (the end of each burst was scanned)")
         if run.hung or (run.exit_code == 0 and run.signal is None):
             return  # a hang was reported when it was detected; exit 0 is no failure
         emit_event("failure_detected", {
@@ -196,7 +205,8 @@ class AttemptRunner:
             launch_error=run.launch_error, hang_timeout_s=hang_timeout,
             calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
             artifacts_dir=str(artifacts),
-            extra={"leftover_processes_killed": run.leftover_processes_killed},
+            extra={"leftover_processes_killed": run.leftover_processes_killed,
+                   "unscanned_lines": run.unscanned_lines},
         )
 
 

@@ -92,6 +92,7 @@ class SupervisedRun:
     stdout_tail: tuple[str, ...]
     stderr_tail: tuple[str, ...]
     leftover_processes_killed: int  # group members still alive after the child exited
+    unscanned_lines: int = 0  # forwarded and counted, but not scanned (output bursts)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class SuperviseOptions:
     stderr_fd: int = 2
 
 
-FeedLine = Callable[[str, str], object]
+FeedText = Callable[[str, str], object]  # (whole lines joined by "\n", stream name)
 OnHang = Callable[[float, float], None]  # (silent_for_s, timeout_s)
 
 
@@ -118,7 +119,7 @@ class Supervisor:
         *,
         env: Mapping[str, str],
         options: SuperviseOptions,
-        feed_line: FeedLine,
+        feed_text: FeedText,
         relay: SignalRelay,
         cwd: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -132,7 +133,7 @@ class Supervisor:
         self.clock = clock
         self.on_hang = on_hang
         self._feed_lock = threading.Lock()
-        self._feed_line = feed_line
+        self._feed_text = feed_text
         self.hang_detector: HangDetector | None = None
         self._sweep_grace_s = options.grace_s
 
@@ -165,6 +166,7 @@ class Supervisor:
             wall_s=round(self.clock() - started, 3), hung=hung, stop_signal=stop_signal,
             launch_error=None, stdout_tail=sinks[0].tail(), stderr_tail=sinks[1].tail(),
             leftover_processes_killed=leftovers,
+            unscanned_lines=sinks[0].unscanned_lines + sinks[1].unscanned_lines,
         )
 
     def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
@@ -193,11 +195,10 @@ class Supervisor:
             sink.start()
         return sinks
 
-    def _feed(self, lines: list[str], stream: str) -> None:
+    def _feed(self, text: str, stream: str) -> None:
         # Both pumps feed the one scanner; it counts lines per stream and orders hits.
         with self._feed_lock:
-            for line in lines:
-                self._feed_line(line, stream)
+            self._feed_text(text, stream)
 
     def _watch(
         self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink]

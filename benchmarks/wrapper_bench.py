@@ -1,0 +1,236 @@
+"""Benchmark of `resched wrap`'s overheads (not a test: it prints ratios, asserts nothing).
+
+Measured in one run, each against a baseline taken in the same run:
+
+1. output throughput through `resched wrap` vs the same command run directly (both
+   read through a pipe by this script), for a producer of log-like lines (goal >= 0.9);
+2. per-step overhead of `wrapper.heartbeat()` in a small torch training loop
+   (goal < 1 %);
+3. hang detection latency minus the timeout: detection time (the wrapper's
+   `failure_detected` event) - last progress (the heartbeat file's mtime, or the time
+   of the last output line) - timeout (goal < 0.5 s).
+
+Usage: .venv/bin/python benchmarks/wrapper_bench.py [--mb 200] [--steps 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+PRODUCER = """
+import sys
+line = b"[rank 0] iteration 1234/100000 | consumed samples 157952 | lm loss 2.345678E+00 | lr 1.0E-04 | grad norm 0.873 | tokens/s 123456\\n"
+block = line * (1024 * 1024 // len(line))
+total = int(sys.argv[1]) * 1024 * 1024
+out = sys.stdout.buffer
+sent = 0
+while sent < total:
+    out.write(block)
+    sent += len(block)
+out.flush()
+"""
+
+HANG_CHILD = """
+import os, sys, time
+from wrapper import heartbeat
+mode = sys.argv[1]
+for step in range(20):
+    if mode == "heartbeat":
+        heartbeat()
+    else:
+        print(f"step {step}", flush=True)
+    time.sleep(0.05)
+if mode == "heartbeat":
+    last = os.stat(os.environ["RESCHED_HEARTBEAT_FILE"]).st_mtime
+else:
+    last = time.time()
+with open(sys.argv[2], "w") as handle:
+    handle.write(repr(last))
+time.sleep(600)
+"""
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def wrap_argv(state: Path, *options: str) -> list[str]:
+    return [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(state), *options, "--"]
+
+
+def drain(argv: list[str]) -> tuple[int, float, float]:
+    """Run ``argv``, read its stdout to EOF: (bytes, first byte -> EOF s, start -> exit s)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=child_env(), cwd=REPO)
+    assert proc.stdout is not None
+    fd, received, first = proc.stdout.fileno(), 0, None
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        if first is None:
+            first = time.perf_counter()
+        received += len(chunk)
+    eof = time.perf_counter()
+    proc.wait()
+    return received, eof - (first or eof), time.perf_counter() - started
+
+
+def bench_throughput(megabytes: int, repeats: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        producer = Path(tmp) / "producer.py"
+        producer.write_text(PRODUCER)
+        direct_cmd = [PYTHON, str(producer), str(megabytes)]
+        direct, wrapped = [], []
+        for attempt in range(repeats):
+            direct.append(drain(direct_cmd))
+            wrapped.append(drain([*wrap_argv(Path(tmp) / f"s{attempt}"), *direct_cmd]))
+    size = direct[0][0]
+    assert all(run[0] == size for run in direct + wrapped), "byte counts differ"
+    best_direct_stream = min(run[1] for run in direct)
+    best_wrapped_stream = min(run[1] for run in wrapped)
+    best_direct_total = min(run[2] for run in direct)
+    best_wrapped_total = min(run[2] for run in wrapped)
+    mb = size / 1e6
+    return {
+        "bytes": size,
+        "direct_MBps": mb / best_direct_stream,
+        "wrapped_MBps": mb / best_wrapped_stream,
+        "stream_ratio": best_direct_stream / best_wrapped_stream,
+        "direct_total_s": best_direct_total,
+        "wrapped_total_s": best_wrapped_total,
+        "total_ratio": best_direct_total / best_wrapped_total,
+    }
+
+
+def bench_heartbeat(steps: int, trials: int) -> dict[str, float]:
+    import torch
+
+    from wrapper import heartbeat
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    data, target = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    def loop(with_heartbeat: bool) -> float:
+        started = time.perf_counter()
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(data), target)
+            loss.backward()
+            optimizer.step()
+            if with_heartbeat:
+                heartbeat()
+        return time.perf_counter() - started
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["RESCHED_HEARTBEAT_FILE"] = str(Path(tmp) / "heartbeat")
+        loop(True)  # warm-up
+        base, beat = [], []
+        for _ in range(trials):  # interleaved, so drifts hit both alike
+            base.append(loop(False))
+            beat.append(loop(True))
+        del os.environ["RESCHED_HEARTBEAT_FILE"]
+    per_call = _heartbeat_call_cost()
+    step_s = min(base) / steps
+    return {
+        "step_ms": step_s * 1e3,
+        "overhead_min_pct": 100 * (min(beat) - min(base)) / min(base),
+        "overhead_median_pct": 100 * (statistics.median(beat) - statistics.median(base))
+        / statistics.median(base),
+        "heartbeat_call_us": per_call * 1e6,
+        "call_cost_pct_of_step": 100 * per_call / step_s,
+    }
+
+
+def _heartbeat_call_cost() -> float:
+    from wrapper import heartbeat
+
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["RESCHED_HEARTBEAT_FILE"] = str(Path(tmp) / "heartbeat")
+        calls = 200_000
+        started = time.perf_counter()
+        for _ in range(calls):
+            heartbeat()
+        cost = (time.perf_counter() - started) / calls
+        del os.environ["RESCHED_HEARTBEAT_FILE"]
+    return cost
+
+
+def bench_hang(mode: str, timeout_s: float, trials: int) -> dict[str, float]:
+    latencies = []
+    with tempfile.TemporaryDirectory() as tmp:
+        child = Path(tmp) / "child.py"
+        child.write_text(HANG_CHILD)
+        for trial in range(trials):
+            last_file = Path(tmp) / f"last{trial}"
+            argv = [*wrap_argv(Path(tmp) / f"s{trial}", "--hang-timeout", str(timeout_s),
+                               "--grace", "0.5", "--max-retries", "0"),
+                    PYTHON, str(child), mode, str(last_file)]
+            result = subprocess.run(argv, capture_output=True, text=True, env=child_env(),
+                                    cwd=REPO, timeout=120, check=False)
+            detected = _hang_event_time(result.stderr)
+            last_progress = float(last_file.read_text())
+            latencies.append(detected - last_progress - timeout_s)
+    return {"timeout_s": timeout_s, "latency_minus_timeout_max_s": max(latencies),
+            "latency_minus_timeout_median_s": statistics.median(latencies)}
+
+
+def _hang_event_time(stderr: str) -> float:
+    for line in stderr.splitlines():
+        if line.startswith("resched: event failure_detected "):
+            payload = json.loads(line.split(" ", 3)[3])
+            if payload.get("kind") == "hang":
+                return float(payload["t"])
+    raise RuntimeError(f"no hang was detected:\n{stderr[-2000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=int, default=200, help="output volume for the throughput run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--trials", type=int, default=7)
+    args = parser.parse_args()
+
+    throughput = bench_throughput(args.mb, args.repeats)
+    print(f"throughput ({throughput['bytes'] / 1e6:.0f} MB of log lines, best of {args.repeats}):")
+    print(f"  direct {throughput['direct_MBps']:.0f} MB/s, through resched wrap "
+          f"{throughput['wrapped_MBps']:.0f} MB/s -> ratio {throughput['stream_ratio']:.2f} "
+          "(goal >= 0.9; first byte to EOF)")
+    print(f"  end to end incl. wrapper start: {throughput['direct_total_s']:.2f} s vs "
+          f"{throughput['wrapped_total_s']:.2f} s -> ratio {throughput['total_ratio']:.2f}")
+
+    beat = bench_heartbeat(args.steps, args.trials)
+    print(f"heartbeat (torch MLP step {beat['step_ms']:.3f} ms, {args.steps} steps x {args.trials}):")
+    print(f"  loop overhead {beat['overhead_min_pct']:+.2f} % (min of trials), "
+          f"{beat['overhead_median_pct']:+.2f} % (median) (goal < 1 %)")
+    print(f"  one heartbeat() call {beat['heartbeat_call_us']:.2f} us = "
+          f"{beat['call_cost_pct_of_step']:.3f} % of a step")
+
+    for mode in ("heartbeat", "output"):
+        hang = bench_hang(mode, timeout_s=1.0, trials=3)
+        print(f"hang detection ({mode} progress, timeout {hang['timeout_s']:g} s, 3 runs): "
+              f"latency - timeout = {hang['latency_minus_timeout_median_s']:.3f} s median, "
+              f"{hang['latency_minus_timeout_max_s']:.3f} s max (goal < 0.5 s)")
+
+
+if __name__ == "__main__":
+    main()
