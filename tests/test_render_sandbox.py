@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
+import threading
 
 import pytest
 
@@ -125,3 +127,22 @@ def test_values_of_every_yaml_type_reach_the_worker() -> None:
 def test_lone_surrogates_survive_the_worker() -> None:
     result = render_worker.render_in_sandbox("{{ v }}", {"v": "a\udcffb"})
     assert result.text == "a\udcffb"
+
+
+
+def test_a_worker_ended_by_sigxcpu_is_reported_as_the_cpu_limit() -> None:
+    # RLIMIT_CPU is the backstop for C code that never returns to the interpreter. CPython
+    # checks signals even inside big-int arithmetic, so no template reaches it within
+    # 100 MiB; send the kernel's signal ourselves, with the alarm set far away.
+    pid = render_worker.worker_info()["pid"]
+    loop = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    timer = threading.Timer(0.5, os.kill, (pid, signal.SIGXCPU))
+    timer.start()
+    try:
+        result = render_worker.render_in_sandbox(loop, {}, cpu_seconds=60)
+    finally:
+        timer.cancel()
+    assert result.failure == render_worker.SandboxFailure(
+        "cpu", "the render worker was stopped at its CPU-time limit")
+    assert render_worker.worker_info()["pid"] != pid
+    assert render_text("workflow: {{ 5 }}\n", ValueOptions()).text == "workflow: 5"
