@@ -122,7 +122,7 @@ def stop_weed(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)  # its own session: the server and nothing else
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=5)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=15)
