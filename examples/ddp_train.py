@@ -263,12 +263,19 @@ class Trainer:
         return {"torch": torch.get_rng_state(), "python": random.getstate(),
                 "data": self.cursor.state()}
 
-    def save(self, step: int) -> None:
-        """Collective: every rank sends its RNG/data state; rank 0 alone writes."""
+    def save(self, step: int, *, last: bool = False) -> None:
+        """Collective: every rank sends its RNG/data state; rank 0 alone writes. With
+        ``last`` every rank waits for the write, so no rank exits (and gets its peers
+        terminated by the launcher) while rank 0 is still writing."""
         started = time.monotonic()
         gathered = gather_to_rank0(self.rank_state(), self.rank, self.world)
-        if gathered is None:
-            return
+        if gathered is not None:
+            self._write(step, gathered)
+            say(f"checkpoint step {step} save_s {time.monotonic() - started:.4f}")
+        if last:
+            dist.barrier()
+
+    def _write(self, step: int, gathered: list[Any]) -> None:
         state = {"step": step, "world_size": self.world, "seed": self.cfg.seed,
                  "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "ranks": gathered}
@@ -276,10 +283,11 @@ class Trainer:
         torch.save(state, buffer)
         directory = self.cfg.checkpoint_dir
         write_atomic(checkpoint_path(directory, step), buffer.getvalue())
-        mark_complete(directory, step)
         for _, old in local_checkpoints(directory)[:-KEEP_LOCAL_CHECKPOINTS]:
             old.unlink(missing_ok=True)
-        say(f"checkpoint step {step} save_s {time.monotonic() - started:.4f}")
+        # the marker lists the files present LAST: deleting after it would leave a
+        # directory that no longer matches its marker, which no publisher may upload
+        mark_complete(directory, step)
 
     def restore(self) -> int:
         """Collective: load rank 0's newest checkpoint everywhere; the step it holds (0 if none)."""
@@ -371,7 +379,8 @@ def megatron_exit(trainer: Trainer, step: int) -> None:
     if trainer.rank == 0:
         for line in lines:
             print(line, file=sys.stderr, flush=True)
-    trainer.save(step - 1)  # the state before the suspicious iteration, so it can be rerun
+    trainer.save(step - 1, last=True)  # the state before the suspicious iteration, to rerun it
+    dist.destroy_process_group()  # exiting with a live gloo group aborts the interpreter
     sys.exit(code)
 
 
@@ -471,7 +480,7 @@ def train(trainer: Trainer, start: int, stop: threading.Event,
             say(f"step {step} loss {loss.item():.6f}")
         stopping = agree_to_stop(stop)
         if step % cfg.checkpoint_every == 0 or step == cfg.steps or stopping:
-            trainer.save(step)
+            trainer.save(step, last=stopping)
             last_saved = step
         if stopping:
             if trainer.rank == 0:
@@ -507,6 +516,13 @@ def main(argv: list[str] | None = None) -> int:
         # the marker goes last: a file newer than it reads as a checkpoint still being written
         mark_complete(cfg.checkpoint_dir, cfg.steps)
         say(f"final checksum {checksum}")
+    elif finished and os.environ.get("LOCAL_RANK", "0") == "0":
+        # Each node's wrapper looks for the flag in its own (private, on OSMO) checkpoint
+        # dir; a dir shared with rank 0 already holds its marker and flag: leave it alone.
+        from wrapper.checkpoint.marker import MARKER_NAME
+        if not (cfg.checkpoint_dir / MARKER_NAME).exists():
+            cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(cfg.checkpoint_dir / FINISHED_NAME, f"{cfg.steps}\n".encode())
     dist.destroy_process_group()
     return 0
 
