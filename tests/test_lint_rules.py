@@ -534,3 +534,27 @@ def test_rs017_complete_on_0_or_a_dedicated_code_is_fine(tmp_path: Path) -> None
     for task in _tasks(workflow):
         task["exitActions"] = {"RESCHEDULE": "3", "COMPLETE": "0,42"}
     assert lint_dict(workflow, tmp_path, **POOL) == []
+
+
+# RS018 ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "exec resched wrap --checkpoint-dir /tmp/ckpt -- torchrun t.py --checkpoint-dir /tmp/models\n",
+        "export RESCHED_CHECKPOINT_DIR=/tmp/ckpt\nexec resched wrap -- torchrun t.py\n",
+    ],
+)
+def test_rs018_checkpoint_path_is_not_where_the_training_writes(tmp_path: Path, script: str) -> None:
+    workflow = _with_script(good_workflow(), script)
+    finding = _one(lint_dict(workflow, tmp_path, **POOL), "RS018")
+    assert finding.severity == "warning"
+    assert finding.path == "workflow.groups[0].tasks[0].checkpoint[0].path"
+    assert "uploads /tmp/models, but resched wrap's --checkpoint-dir is /tmp/ckpt" in finding.message
+
+
+@pytest.mark.parametrize("directory", ["/tmp/models", "/tmp/models/", "/tmp/models/run1", "$DIR"])
+def test_rs018_same_or_nested_dir_is_fine(tmp_path: Path, directory: str) -> None:
+    workflow = _with_script(good_workflow(), f"resched wrap --checkpoint-dir {directory} -- t\n")
+    assert lint_dict(workflow, tmp_path, **POOL) == []

@@ -22,6 +22,7 @@ then source line.
   RS015 error    a localpath file that does not exist (relative to the spec's folder)
   RS016 warning  RESCHEDULE but nothing in the group checkpoints (and wrap owns no store)
   RS017 warning  COMPLETE on 1 or a signal code: a crash would count as success
+  RS018 warning  the task's checkpoint path does not cover resched wrap's --checkpoint-dir
 """
 
 from __future__ import annotations

@@ -110,9 +110,36 @@ def rs016_reschedule_without_checkpoint(ctx: LintContext) -> Iterator[Finding]:
         )
 
 
+def _covers(path: str, directory: str) -> bool:
+    base = path.rstrip("/") or "/"
+    target = directory.rstrip("/") or "/"
+    return target == base or target.startswith(base.rstrip("/") + "/")
+
+
+def rs018_checkpoint_path_not_the_wrap_dir(ctx: LintContext) -> Iterator[Finding]:
+    """OSMO uploads checkpoint.path; the training writes into wrap's --checkpoint-dir."""
+    for site in ctx.sites:
+        if not site.task.checkpoint:
+            continue
+        paths = [c.path for c in site.task.checkpoint]
+        for call in task_wrap_calls(ctx, site):
+            directory = call.checkpoint_dir
+            if directory is None or any(_covers(p, directory) for p in paths):
+                continue
+            yield ctx.finding(
+                "RS018", "warning", f"{site.path}.checkpoint[0].path",
+                f"task {site.task.name} uploads {', '.join(paths)}, but resched wrap's "
+                f"--checkpoint-dir is {directory}: the checkpoints the training writes never "
+                "leave the node, so a reschedule starts from step 0",
+                f"set the checkpoint path to {directory} (or pass --checkpoint-dir "
+                f"{paths[0]} to resched wrap)",
+            )
+
+
 RULES = (
     rs001_checkpoint_not_an_input,
     rs003_checkpoint_only_on_non_lead,
     rs012_checkpoint_frequency,
     rs016_reschedule_without_checkpoint,
+    rs018_checkpoint_path_not_the_wrap_dir,
 )

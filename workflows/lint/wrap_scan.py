@@ -31,6 +31,7 @@ class WrapCall:
     abort_code: int | None
     abort_from: str
     checkpoint_url: bool  # the wrapper owns the checkpoint store
+    checkpoint_dir: str | None = None  # where the training writes checkpoints (literal paths only)
 
 
 def _texts(site: TaskSite, base_dir: Path) -> list[tuple[str, str]]:
@@ -119,7 +120,9 @@ def wrap_calls(site: TaskSite, base_dir: Path) -> tuple[WrapCall, ...]:
             owns = _option(options, "checkpoint-url") is not None or bool(
                 _env(text, env, "RESCHED_CHECKPOINT_URL")
             )
-            call = WrapCall(where, resched, resched_from, abort, abort_from, owns)
+            directory = _option(options, "checkpoint-dir") or _env(text, env, "RESCHED_CHECKPOINT_DIR")
+            literal_dir = directory if directory and directory.startswith("/") else None
+            call = WrapCall(where, resched, resched_from, abort, abort_from, owns, literal_dir)
             if call not in calls:
                 calls.append(call)
     return tuple(calls)
