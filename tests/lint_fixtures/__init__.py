@@ -105,3 +105,22 @@ def dump_workflow(workflow: dict[str, Any]) -> str:
 
 def lint_dict(workflow: dict[str, Any], tmp_path: Path, **options: Any) -> list[Finding]:
     return lint_text(dump_workflow(workflow), tmp_path, **options)
+
+
+POOL: dict[str, Any] = {"pool_retry_limit": 2}
+
+
+def tasks_of(workflow: dict[str, Any]) -> list[dict[str, Any]]:
+    return workflow["groups"][0]["tasks"]  # type: ignore[no-any-return]
+
+
+def the_one(findings: list[Finding], rule_id: str) -> Finding:
+    hits = only(findings, rule_id)
+    assert len(hits) == 1, [f.format("x") for f in findings]
+    return hits[0]
+
+
+def with_script(workflow: dict[str, Any], script: str, index: int = 0) -> dict[str, Any]:
+    """Replace the run.sh contents of task ``index`` of the good workflow."""
+    tasks_of(workflow)[index]["files"][0]["contents"] = script
+    return workflow
