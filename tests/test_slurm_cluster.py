@@ -223,4 +223,6 @@ def test_shipped_multi_node_template_recovers_under_slurm(
         assert f"resched-train: resumed from step {staged.group(1)}" in second
     assert "resched-train: final checksum" in second
     status = slurm_cluster.run("resched", "status", job_id).stdout
-    assert f"excluded {first_node}" in status and "RESCHEDULE (worker_1 exit 3)" in status
+    # Both ranks hit the fault (Megatron's exit 16 ends every rank): whichever task's
+    # wrapper ended first decided the group's requeue.
+    assert f"excluded {first_node}" in status and f"run 0 on {first_node}: RESCHEDULE (" in status
