@@ -116,6 +116,14 @@ def test_rs007_a_code_no_process_can_exit_with(tmp_path: Path) -> None:
     assert finding.path == "workflow.groups[0].tasks[0].exitActions.FAIL"
 
 
+def test_rs007_a_listed_code_beside_valid_ones_is_still_an_error(tmp_path: Path) -> None:
+    workflow = good_workflow()
+    tasks_of(workflow)[0]["exitActions"] = {"RESCHEDULE": "3,300,3006"}
+    finding = the_one(lint_dict(workflow, tmp_path, **POOL), "RS007")
+    assert finding.severity == "error"
+    assert "code(s) 300 " in finding.message
+
+
 def test_rs007_a_range_reaching_past_255_is_a_warning(tmp_path: Path) -> None:
     workflow = good_workflow()
     tasks_of(workflow)[0]["exitActions"] = {"RESCHEDULE": "3", "FAIL": "4-300"}

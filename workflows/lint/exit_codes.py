@@ -120,9 +120,13 @@ def rs007_impossible_codes(ctx: LintContext) -> Iterator[Finding]:
             if not above:
                 continue
             codes = format_intervals(above)
-            only_above = all(r.low > MAX_PROCESS_CODE for r in ranges)
+            # A code written on its own above 255 is a mistake; a range that runs past 255
+            # (4-300) is sloppy but still matches its lower part.
+            listed = any(
+                r.low > MAX_PROCESS_CODE and subtract([(r.low, r.high)], osmo) for r in ranges
+            )
             yield ctx.finding(
-                "RS007", "error" if only_above else "warning",
+                "RS007", "error" if listed else "warning",
                 f"{site.path}.exitActions.{action}",
                 f"{action} code(s) {codes} of task {site.task.name} can never match: a process "
                 f"exits with 0-255 (exit({above[0][0]}) arrives as {above[0][0] % 256}), and "
