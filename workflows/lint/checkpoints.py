@@ -106,7 +106,9 @@ def rs016_reschedule_without_checkpoint(ctx: LintContext) -> Iterator[Finding]:
             f"task {site.task.name} can be rescheduled but nothing in group {site.group.name} "
             "writes a checkpoint, so a rescheduled task starts from step 0",
             f"add `checkpoint: [{{path: /tmp/models, url: s3://BUCKET/RUN, frequency: 5m}}]` to "
-            f"the lead task {site.group.lead_task.name} and the url's /models under inputs",
+            f"the lead task {site.group.lead_task.name} and the url's /models under inputs "
+            "(or let `resched wrap --checkpoint-url` own the store); ignore this if the "
+            "training saves to object storage itself",
         )
 
 
