@@ -41,8 +41,8 @@ class ChaosDriver:
         timeline.listen(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        if event.kind == "checkpoint_uploaded":
-            self.uploads += 1
+        if event.kind == "checkpoint_uploaded" and event.fields.get("changed", True):
+            self.uploads += 1  # uploads of a new checkpoint: a measure of training progress
         elif event.kind == "step":
             self.last_step_t = event.t
 
@@ -85,7 +85,7 @@ class ChaosDriver:
         if injection.kill_after_grace:
             run.kill_at = self.clock() + self.stop_grace_s
         event = self.timeline.add(
-            "fault_injected", fault.task, kind=fault.kind, spec=fault.describe(),
+            "fault_injected", fault.task, fault=fault.kind, spec=fault.describe(),
             detail=injection.description, attempt=run.attempt, pids=list(injection.pids),
             wrapper_bypassed=injection.forced_exit_code is not None,
         )

@@ -38,14 +38,21 @@ class Progress:
         self._rows: list[TaskRow] = []
         self._step: dict[str, int] = {}
         self._ckpt: dict[str, int] = {}
+        self._upload_failing: set[str] = set()
 
     # -- events ---------------------------------------------------------------------
     def on_event(self, event: Event) -> None:
         task, fields = event.task or "", event.fields
         if event.kind == "step":
             self._step[task] = int(fields["step"])
-        elif event.kind == "checkpoint_uploaded" and fields.get("step") is not None:
-            self._ckpt[task] = int(fields["step"])
+        elif event.kind == "checkpoint_uploaded":
+            self._upload_failing.discard(task)
+            if fields.get("step") is not None:
+                self._ckpt[task] = int(fields["step"])
+        elif event.kind == "checkpoint_upload_failed" and task not in self._upload_failing:
+            self._upload_failing.add(task)  # said once until an upload succeeds again
+            self.line(f"{task}  UPLOAD   checkpoint upload failed (5 tries; will try again "
+                      f"next period): {fields.get('error')}")
         elif event.kind == "wrapper_decision":
             rule = fields.get("rule") or fields.get("rule_id")
             self.line(f"{task}  WRAPPER  {fields.get('decision', '?')}"

@@ -47,7 +47,8 @@ class Timeline:
         self._listeners: list[Callable[[Event], None]] = []
         self.clock = clock
 
-    def add(self, kind: str, task: str | None = None, *, t: float | None = None, **fields: Any) -> Event:
+    def add(self, kind: str, task: str | None = None, /, *, t: float | None = None,
+            **fields: Any) -> Event:
         event = Event(t=self.clock() if t is None else t, kind=kind, task=task, fields=fields)
         with self._lock:
             self._events.append(event)

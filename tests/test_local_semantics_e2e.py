@@ -1,0 +1,302 @@
+"""End-to-end OSMO semantics of ``resched run`` with tiny shell workflows (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.local_fixtures import (
+    COUNTER_TRAIN,
+    RESCHED,
+    processes_with,
+    run_local,
+    write_workflow,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_two_tasks_writing_the_same_tmp_file_do_not_see_each_other(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: private-tmp
+          groups:
+          - name: g
+            ignoreNonleadStatus: false
+            tasks:
+            - name: a
+              lead: true
+              command: ["sh", "-c", "sleep 0.5; cat /tmp/run.sh > {{output}}/seen; ls /tmp > {{output}}/ls"]
+              files: [{path: /tmp/run.sh, contents: "I am a"}]
+            - name: b
+              command: ["sh", "-c", "cat /tmp/run.sh > {{output}}/seen; echo b-was-here > /tmp/extra"]
+              files: [{path: /tmp/run.sh, contents: "I am b"}]
+    """)
+    run = run_local(spec, workdir=tmp_path / "work")
+    assert run.returncode == 0, run.stderr
+    assert (run.workdir / "tasks/a/output/seen").read_text() == "I am a"
+    assert (run.workdir / "tasks/b/output/seen").read_text() == "I am b"
+    assert "extra" not in (run.workdir / "tasks/a/output/ls").read_text().split()
+    assert not Path("/tmp/extra").exists() or Path("/tmp/extra").read_text() != "b-was-here\n"
+
+
+def test_tokens_are_substituted_in_command_environment_and_files(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("input-data")
+    spec = write_workflow(tmp_path, f"""
+        workflow:
+          name: tokens
+          groups:
+          - name: consume
+            tasks:
+            - name: reader
+              command: ["sh", "/tmp/job/read.sh"]
+              environment: {{FROM_PRODUCER: "{{{{input:producer}}}}"}}
+              files:
+              - path: /tmp/job/read.sh
+                contents: "cat {{{{input:0}}}}/made.txt $FROM_PRODUCER/made.txt > {{{{output}}}}/got"
+              inputs: [{{task: producer}}]
+          - name: produce
+            tasks:
+            - name: producer
+              command: ["sh", "-c", "cat {{{{input:0}}}}/in.txt > {{{{output}}}}/made.txt; echo ' {{{{workflow_id}}}} {{{{host:reader}}}}' >> {{{{output}}}}/made.txt"]
+              inputs: [{{url: "file://{data}"}}]
+    """)
+    run = run_local(spec, workdir=tmp_path / "work")
+    assert run.returncode == 0, run.stderr
+    run_id = run.report["run_id"]
+    made = (run.workdir / "tasks/producer/output/made.txt").read_text()
+    assert made == f"input-data {run_id} 127.0.0.1\n"
+    assert (run.workdir / "tasks/reader/output/got").read_text() == made * 2
+    # the consuming group ran after the producing one although it is listed first
+    starts = {e["task"]: e["t"] for e in run.events("task_started")}
+    assert starts["producer"] < starts["reader"]
+
+
+def _pair(tmp_path: Path, *, ignore: bool, worker_cmd: str, lead_cmd: str = "sleep 2",
+          actions: str = "") -> Path:
+    return write_workflow(tmp_path, f"""
+        workflow:
+          name: pair
+          groups:
+          - name: g
+            ignoreNonleadStatus: {str(ignore).lower()}
+            tasks:
+            - name: lead
+              lead: true
+              command: ["sh", "-c", "{lead_cmd}"]
+              {actions}
+            - name: worker
+              command: ["sh", "-c", "{worker_cmd}"]
+              {actions}
+    """)
+
+
+def test_nonlead_failure_is_ignored_with_ignore_nonlead_status_true(tmp_path: Path) -> None:
+    run = run_local(_pair(tmp_path, ignore=True, worker_cmd="exit 1"), workdir=tmp_path / "w")
+    assert run.returncode == 0, run.stderr
+    assert run.report["status"] == "COMPLETED"
+    [worker] = run.attempts("worker")
+    [lead] = run.attempts("lead")
+    assert (worker["exit_code"], worker["status"]) == (1, "FAILED")
+    assert (lead["exit_code"], lead["status"]) == (0, "COMPLETED")
+    assert "non-lead failure ignored" in run.stderr
+
+
+def test_nonlead_failure_fails_the_group_with_ignore_nonlead_status_false(tmp_path: Path) -> None:
+    run = run_local(_pair(tmp_path, ignore=False, worker_cmd="exit 1", lead_cmd="sleep 60"),
+                    workdir=tmp_path / "w")
+    assert run.returncode == 1
+    assert run.report["status"] == "FAILED"
+    assert "non-lead failed: the group fails" in run.report["reason"]
+    [lead] = run.attempts("lead")
+    assert lead["stopped_by_executor"] and lead["status"] == "FAILED"
+    assert lead["ended_at"] - lead["started_at"] < 30  # stopped, not waited for
+    assert run.stdout.startswith("FAILED in ")
+
+
+RESCHEDULE_ONCE = "if [ -e {{output}}/once ]; then sleep 1; else touch {{output}}/once; exit 3; fi"
+ACTIONS = "exitActions: {RESCHEDULE: 3}"
+
+
+@pytest.mark.parametrize("ignore", [True, False])
+def test_nonlead_reschedule_moves_only_it_or_resets_the_barrier(tmp_path: Path, ignore: bool) -> None:
+    spec = _pair(tmp_path, ignore=ignore, worker_cmd=RESCHEDULE_ONCE, lead_cmd="sleep 3", actions=ACTIONS)
+    run = run_local(spec, workdir=tmp_path / "w")
+    assert run.returncode == 0, run.stderr
+    worker = run.attempts("worker")
+    assert [(a["retry_id"], a["action"]) for a in worker][:2] == [(0, "RESCHEDULE"), (1, "")] or \
+        [(a["retry_id"], a["exit_code"]) for a in worker][:2] == [(0, 3), (1, 0)]
+    assert len(run.events("inputs_staged", "worker")) == 0  # no inputs: nothing to stage
+    lead = run.attempts("lead")
+    if ignore:
+        assert len(lead) == 1 and lead[0]["status"] == "COMPLETED"
+    else:
+        assert [(a["retry_id"], a["status"]) for a in lead] == [(0, "RESTARTING"), (0, "COMPLETED")]
+        restarted = run.events("attempt_restarted", "lead")
+        assert restarted and restarted[0]["mode"] == "in place"
+
+
+def test_lead_reschedule_restarts_everyone_and_restages_only_its_inputs(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "x").write_text("x")
+    spec = write_workflow(tmp_path, f"""
+        workflow:
+          name: lead-moves
+          groups:
+          - name: g
+            tasks:
+            - name: lead
+              lead: true
+              command: ["sh", "-c", "{RESCHEDULE_ONCE}"]
+              inputs: [{{url: "{data}"}}]
+              {ACTIONS}
+            - name: worker
+              command: ["sh", "-c", "sleep 30"]
+              inputs: [{{url: "{data}"}}]
+    """)
+    run = run_local(spec, workdir=tmp_path / "w")
+    assert run.returncode == 0, run.stderr
+    assert [a["retry_id"] for a in run.attempts("lead")] == [0, 1]
+    assert [(a["retry_id"], a["status"]) for a in run.attempts("worker")] == [(0, "RESTARTING"), (0, "COMPLETED")]
+    # inputs are downloaded again for the new pod only, not for the sibling restarted in place
+    assert [e["retry_id"] for e in run.events("inputs_staged", "lead")] == [0, 1]
+    assert [e["retry_id"] for e in run.events("inputs_staged", "worker")] == [0]
+
+
+def test_reschedule_beyond_the_retry_limit_fails_with_the_reason(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, f"""
+        workflow:
+          name: always-reschedule
+          tasks:
+          - name: flaky
+            command: ["sh", "-c", "exit 3"]
+            {ACTIONS}
+    """)
+    run = run_local(spec, "--max-retry-per-task", "2", workdir=tmp_path / "w")
+    assert run.returncode == 1
+    attempts = run.attempts("flaky")
+    assert [(a["retry_id"], a["action"]) for a in attempts] == [
+        (0, "RESCHEDULE"), (1, "RESCHEDULE"), (2, "FAIL")]
+    assert "retry limit 2 reached" in run.report["reason"]
+    assert "OSMO's default pool max_retry_per_task is 0" in run.stderr
+    assert run.stdout.startswith("FAILED in ")
+
+
+def test_exec_timeout_stops_the_group(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: slow
+          timeout: {exec_timeout: 2s}
+          tasks:
+          - name: sleeper
+            command: ["sh", "-c", "sleep 300"]
+    """)
+    started = time.monotonic()
+    run = run_local(spec, workdir=tmp_path / "w")
+    assert run.returncode == 1
+    assert "exec_timeout 2s exceeded" in run.report["reason"]
+    assert time.monotonic() - started < 60
+    assert not processes_with("sleep 300")
+
+
+def _counter_spec(tmp_path: Path, *, with_input: bool) -> Path:
+    ck = tmp_path / "ck"
+    inputs = f'inputs: [{{url: "file://{ck}/models"}}]' if with_input else ""
+    staged = "{{input:0}}" if with_input else ""
+    body = "\n".join("                " + line for line in COUNTER_TRAIN.strip().splitlines())
+    return write_workflow(tmp_path, f"""
+        workflow:
+          name: counter
+          tasks:
+          - name: train
+            command: ["python", "/tmp/job/train.py", "{staged}", "30", "12", "{{{{output}}}}/failed-once"]
+            files:
+            - path: /tmp/job/train.py
+              contents: |
+{body}
+            {inputs}
+            checkpoint: [{{path: /tmp/models, url: "file://{ck}", frequency: 1m}}]
+            exitActions: {{RESCHEDULE: 3}}
+    """)
+
+
+@pytest.mark.parametrize("with_input", [True, False])
+def test_checkpoint_comes_back_only_through_inputs(tmp_path: Path, with_input: bool) -> None:
+    run = run_local(_counter_spec(tmp_path, with_input=with_input), workdir=tmp_path / "w")
+    assert run.returncode == 0, run.stderr
+    attempts = run.attempts("train")
+    assert [a["retry_id"] for a in attempts] == [0, 1]
+    # the final upload after exit 3 published step 12 under <url>/models
+    assert any(e["step"] == 12 and e["final"] for e in run.events("checkpoint_uploaded"))
+    resumed = attempts[1]["resumed_from_step"]
+    if with_input:
+        assert resumed == 12
+    else:
+        assert resumed == 0  # the checkpoint was uploaded but never came back
+        assert "RS001" in run.stderr  # and lint said so before the run
+
+
+def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: interrupted
+          tasks:
+          - name: spawner
+            command: ["sh", "-c", "setsid sleep 321 & sleep 322"]
+    """)
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(tmp_path / "w"), "--report",
+                             str(report), "--progress", "plain"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")})
+    deadline = time.monotonic() + 60
+    while not processes_with("sleep 321") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with("sleep 321")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert out.startswith("CANCELED"), err
+    assert not processes_with("sleep 321") and not processes_with("sleep 322")
+
+
+def test_chaos_on_shell_tasks_kill_hang_and_forced_exit(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: chaos-shell
+          timeout: {exec_timeout: 60s}
+          tasks:
+          - name: job
+            command: ["sh", "-c", "if [ -e {{output}}/2 ]; then exit 0; fi; if [ -e {{output}}/1 ]; then touch {{output}}/2; else touch {{output}}/1; fi; sleep 100"]
+            exitActions: {RESCHEDULE: "137,7"}
+    """)
+    run = run_local(spec, "--chaos", "podkill:job@1s,exit:job=7@3s", workdir=tmp_path / "w")
+    assert run.returncode == 0, run.stderr
+    attempts = run.attempts("job")
+    assert [(a["exit_code"], a["action"]) for a in attempts] == [
+        (137, "RESCHEDULE"), (7, "RESCHEDULE"), (0, "COMPLETE")]
+    assert attempts[1]["forced_exit_code"]  # no Python rank: the code is reported, honestly
+    faults = run.events("fault_injected")
+    assert [f["spec"] for f in faults] == ["podkill:job@1s", "exit:job=7@3s"]
+    assert "1 fault" not in run.stdout and "2 faults" in run.stdout
+
+
+def test_bad_chaos_spec_is_one_line_naming_the_item(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: ok
+          tasks:
+          - {name: t, command: ["true"]}
+    """)
+    run = run_local(spec, "--chaos", "kill:t@1s,melt:t@2s", workdir=tmp_path / "w")
+    assert run.returncode == 2
+    lines = [line for line in run.stderr.splitlines() if line.startswith("resched: error")]
+    assert len(lines) == 1 and "'melt:t@2s'" in lines[0] and "Traceback" not in run.stderr
