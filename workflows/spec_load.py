@@ -37,8 +37,7 @@ def parse_workflow(text: str, *, source: str = "<spec>", first_line: int = 1) ->
 def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
     offset = first_line - 1
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = _compose_and_construct(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f":{mark.line + 1 + offset}" if mark is not None else ""
@@ -59,6 +58,21 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
         return WorkflowDocument.model_validate(data).workflow
     except ValidationError as error:
         raise _spec_error(error, lines, source, offset) from None
+
+
+# libyaml when present: parsing is most of validation's time on large specs.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
+    """Parse once: the node tree gives the line map, the same tree gives the data."""
+    loader = _LOADER(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
+    return node, data
 
 
 def _line_map(node: yaml.Node, path: Loc) -> Iterator[tuple[Loc, int]]:
