@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
+import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -121,5 +121,13 @@ def copy_hashing(
     return size, digest.hexdigest()
 
 
-def now_ns() -> int:
-    return time.time_ns()
+def copy_and_hash(source: Path, target: Path,
+                  progress: Callable[[int], None] | None = None) -> tuple[int, str]:
+    """Copy local ``source`` to ``target`` (kernel copy, then fsync) while a helper
+    thread hashes ``source``; (size, sha256). The caller checks that ``source`` did not
+    change meanwhile (its stat), since the hash and the copy read it separately."""
+    pending = _hasher_pool.submit(hash_file, source, progress)
+    shutil.copyfile(source, target)
+    with open(target, "rb+") as handle:
+        os.fsync(handle.fileno())
+    return os.stat(target).st_size, pending.result()

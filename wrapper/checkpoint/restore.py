@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
-from wrapper.checkpoint.hashing import CHUNK, copy_hashing
+from wrapper.checkpoint.hashing import CHUNK, copy_and_hash, copy_hashing
 from wrapper.checkpoint.layout import (
     OBJECTS,
     blob_key,
@@ -111,6 +111,8 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
     tmp.parent.mkdir(parents=True, exist_ok=True)
 
     def attempt() -> tuple[int, str]:
+        if store.is_local:  # kernel copy + hash of the blob read alongside
+            return copy_and_hash(store.local_path(blob_key(entry.sha256)), tmp, progress)
         with store.open_read(blob_key(entry.sha256)) as src, open(tmp, "wb") as dst:
             result = copy_hashing(src, dst, progress)
             dst.flush()

@@ -17,8 +17,8 @@ from typing import Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from wrapper.checkpoint.errors import CheckpointError
-from wrapper.checkpoint.hashing import copy_hashing
+from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
+from wrapper.checkpoint.hashing import copy_and_hash, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
 from wrapper.checkpoint.snapshot import TEMP_TAG
@@ -114,16 +114,21 @@ class StoreFS:
 
     def ingest_local(self, source: Path, relkey_for: Callable[[str], str],
                      progress: Callable[[int], None] | None = None) -> tuple[int, str, bool]:
-        """Local stores: copy ``source`` into the store while hashing it (one pass), then
-        rename it to ``relkey_for(sha256)``. Returns (size, sha256, written)."""
+        """Local stores: copy ``source`` into the store and rename it to
+        ``relkey_for(sha256)``. Returns (size, sha256, written).
+
+        The kernel copies (sendfile) while a helper thread hashes the source (from the
+        page cache), so a publish costs about one copy. The source's stat is compared
+        before and after: a file that changed meanwhile is refused, never stored under
+        a hash of other bytes."""
         tmp_dir = self.local_path("objects")
         tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = tmp_dir / f"{TEMP_TAG}{uuid.uuid4().hex}"
         try:
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
-                size, sha = copy_hashing(src, dst, progress)
-                dst.flush()
-                os.fsync(dst.fileno())
+            before = os.stat(source)
+            size, sha = copy_and_hash(source, tmp, progress)
+            if stat_key(os.stat(source)) != stat_key(before) or size != before.st_size:
+                raise SnapshotUnstableError(f"{source} changed while it was published")
             target = self.local_path(relkey_for(sha))
             if target.exists() and target.stat().st_size == size:
                 return size, sha, False

@@ -1,0 +1,158 @@
+"""Checkpoint store throughput against plain baselines measured in the same run.
+
+Not a test: it prints ratios (higher is better for throughput ratios).
+
+    .venv/bin/python benchmarks/checkpoint_bench.py [--size-mb 1024] [--files 4]
+                                                    [--repeat 3] [--no-s3]
+
+- publish vs ``cp -r`` on file:// (goal >= 0.9 on large files)
+- publish vs s3fs ``put`` of the same tree on a local SeaweedFS (started here)
+- re-publish of the unchanged tree vs a full publish (goal <= 5 % of the time)
+- restore vs ``cp -r`` (file://) and vs s3fs ``get`` (S3)
+Medians of ``--repeat`` runs, page cache warm for baseline and store alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from wrapper.checkpoint import CheckpointStore, mark_complete
+
+
+def timed(setup: Callable[[], None], action: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        setup()
+        started = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def make_tree(root: Path, size_mb: int, files: int) -> int:
+    root.mkdir(parents=True)
+    per_file = size_mb * (1 << 20) // files
+    block = os.urandom(1 << 20)
+    for index in range(files):
+        with open(root / f"shard{index:03d}.bin", "wb") as handle:
+            handle.writelines(index.to_bytes(4, "little") + chunk.to_bytes(4, "little")
+                             + block[8:] for chunk in range(per_file >> 20))
+    mark_complete(root, 1)
+    time.sleep(0.1)  # past the hash cache's racy window for every file
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def fresh(path: Path) -> Callable[[], None]:
+    def clear() -> None:
+        shutil.rmtree(path, ignore_errors=True)
+    return clear
+
+
+def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]:
+    store_dir, copy_dir, out_dir = work / "store", work / "cp", work / "restored"
+    os.environ["RESCHED_CACHE_DIR"] = str(work / "cache")
+    cp = timed(fresh(copy_dir), lambda: subprocess.run(["cp", "-r", str(src), str(copy_dir)],
+                                                       check=True), repeat)
+    cp_sync = timed(fresh(copy_dir), lambda: (subprocess.run(
+        ["cp", "-r", str(src), str(copy_dir)], check=True), os.sync()), repeat)
+
+    def no_cache_store() -> CheckpointStore:
+        return CheckpointStore(f"file://{store_dir}", hash_cache=False)
+
+    full = timed(fresh(store_dir), lambda: no_cache_store().publish(src), repeat)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    shutil.rmtree(work / "cache", ignore_errors=True)
+    cached = CheckpointStore(f"file://{store_dir}")
+    cached.publish(src)  # fills the hash cache
+    again = timed(lambda: None, lambda: cached.publish(src), repeat)
+    rehash = timed(lambda: None, lambda: no_cache_store().publish(src), repeat)
+    restore = timed(fresh(out_dir), lambda: cached.restore(out_dir), repeat)
+    shutil.rmtree(copy_dir, ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.rmtree(store_dir, ignore_errors=True)
+    mb = total / 1e6
+    print(f"file:// ({mb:.0f} MB)")
+    print(f"  cp -r                      {cp:7.2f} s  {mb / cp:7.0f} MB/s")
+    print(f"  cp -r + sync               {cp_sync:7.2f} s  {mb / cp_sync:7.0f} MB/s")
+    print(f"  publish (hash+copy+fsync)  {full:7.2f} s  {mb / full:7.0f} MB/s")
+    print(f"  re-publish unchanged       {again:7.3f} s  (hash cache hit)")
+    print(f"  re-publish, no hash cache  {rehash:7.2f} s  (every file re-hashed)")
+    print(f"  restore (verify+fsync)     {restore:7.2f} s  {mb / restore:7.0f} MB/s")
+    return {"publish_vs_cp": cp / full, "publish_vs_cp_sync": cp_sync / full,
+            "republish_share": again / full, "republish_nocache_share": rehash / full,
+            "restore_vs_cp": cp / restore}
+
+
+def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]:
+    import s3fs
+    from checkpoint_fixtures import start_weed, stop_weed
+
+    process, server = start_weed(work / "weed")
+    try:
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+        counter = iter(range(10**6))
+        put = timed(lambda: None, lambda: fs.put(str(src), f"{server.bucket}/put{next(counter)}/",
+                                                 recursive=True), repeat)
+        urls = iter(server.url(f"store{i}") for i in range(10**6))
+        publish = timed(lambda: None, lambda: CheckpointStore(
+            next(urls), storage_options=server.storage_options, hash_cache=False).publish(src),
+            repeat)
+        store = CheckpointStore(server.url("cached"), storage_options=server.storage_options)
+        store.publish(src)
+        again = timed(lambda: None, lambda: store.publish(src), repeat)
+        get_dir, out_dir = work / "get", work / "restored"
+        get = timed(fresh(get_dir), lambda: fs.get(f"{server.bucket}/put0/", str(get_dir),
+                                                    recursive=True), repeat)
+        restore = timed(fresh(out_dir), lambda: store.restore(out_dir), repeat)
+        shutil.rmtree(get_dir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+    finally:
+        stop_weed(process)
+    mb = total / 1e6
+    print(f"s3:// on SeaweedFS at 127.0.0.1 ({mb:.0f} MB)")
+    print(f"  s3fs put -r                {put:7.2f} s  {mb / put:7.0f} MB/s")
+    print(f"  publish (hash+PUT)         {publish:7.2f} s  {mb / publish:7.0f} MB/s")
+    print(f"  re-publish unchanged       {again:7.3f} s")
+    print(f"  s3fs get -r                {get:7.2f} s  {mb / get:7.0f} MB/s")
+    print(f"  restore (GET+verify)       {restore:7.2f} s  {mb / restore:7.0f} MB/s")
+    return {"s3_publish_vs_put": put / publish, "s3_republish_share": again / publish,
+            "s3_restore_vs_get": get / restore}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="resched-ckbench-", dir=args.workdir))
+    try:
+        src = work / "src"
+        total = make_tree(src, args.size_mb, args.files)
+        print(f"tree: {args.files} files, {total / 1e6:.0f} MB; median of {args.repeat} runs")
+        ratios = bench_file(work, src, total, args.repeat)
+        if not args.no_s3:
+            ratios |= bench_s3(work, src, total, args.repeat)
+        print("ratios (throughput: baseline time / our time; share: our time / full publish)")
+        for name, value in ratios.items():
+            print(f"  {name:26} {value:6.3f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
