@@ -31,14 +31,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from wrapper.checkpoint import CheckpointStore, mark_complete
 
 
-def timed(setup: Callable[[], None], action: Callable[[], object], repeat: int) -> float:
-    samples = []
+def interleaved(cases: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+                repeat: int) -> dict[str, float]:
+    """Median seconds of each case's action (after its setup). The cases run in turn
+    within each round, so load from other processes hits baseline and store alike."""
+    samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeat):
-        setup()
-        started = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
+        for name, (setup, action) in cases.items():
+            setup()
+            started = time.perf_counter()
+            action()
+            samples[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def nothing() -> None:
+    return None
 
 
 def make_tree(root: Path, size_mb: int, files: int) -> int:
@@ -63,36 +71,38 @@ def fresh(path: Path) -> Callable[[], None]:
 def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]:
     store_dir, copy_dir, out_dir = work / "store", work / "cp", work / "restored"
     os.environ["RESCHED_CACHE_DIR"] = str(work / "cache")
-    cp = timed(fresh(copy_dir), lambda: subprocess.run(["cp", "-r", str(src), str(copy_dir)],
-                                                       check=True), repeat)
-    cp_sync = timed(fresh(copy_dir), lambda: (subprocess.run(
-        ["cp", "-r", str(src), str(copy_dir)], check=True), os.sync()), repeat)
+    cached = CheckpointStore(f"file://{work / 'cached'}")
+    cached.publish(src)  # fills the hash cache: re-publishes below are of an unchanged tree
 
-    def no_cache_store() -> CheckpointStore:
-        return CheckpointStore(f"file://{store_dir}", hash_cache=False)
+    def cp() -> None:
+        subprocess.run(["cp", "-r", str(src), str(copy_dir)], check=True)
 
-    full = timed(fresh(store_dir), lambda: no_cache_store().publish(src), repeat)
-    shutil.rmtree(store_dir, ignore_errors=True)
-    shutil.rmtree(work / "cache", ignore_errors=True)
-    cached = CheckpointStore(f"file://{store_dir}")
-    cached.publish(src)  # fills the hash cache
-    again = timed(lambda: None, lambda: cached.publish(src), repeat)
-    rehash = timed(lambda: None, lambda: no_cache_store().publish(src), repeat)
-    restore = timed(fresh(out_dir), lambda: cached.restore(out_dir), repeat)
-    shutil.rmtree(copy_dir, ignore_errors=True)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    shutil.rmtree(store_dir, ignore_errors=True)
+    def full_publish() -> None:
+        CheckpointStore(f"file://{store_dir}", hash_cache=False).publish(src)
+
+    t = interleaved({
+        "cp": (fresh(copy_dir), cp),
+        "cp_sync": (fresh(copy_dir), lambda: (cp(), os.sync())),
+        "publish": (fresh(store_dir), full_publish),
+        "republish": (nothing, lambda: cached.publish(src)),
+        "republish_nocache": (nothing, lambda: CheckpointStore(
+            f"file://{work / 'cached'}", hash_cache=False).publish(src)),
+        "restore": (fresh(out_dir), lambda: cached.restore(out_dir)),
+    }, repeat)
+    for folder in (copy_dir, out_dir, store_dir, work / "cached"):
+        shutil.rmtree(folder, ignore_errors=True)
     mb = total / 1e6
     print(f"file:// ({mb:.0f} MB)")
-    print(f"  cp -r                      {cp:7.2f} s  {mb / cp:7.0f} MB/s")
-    print(f"  cp -r + sync               {cp_sync:7.2f} s  {mb / cp_sync:7.0f} MB/s")
-    print(f"  publish (hash+copy+fsync)  {full:7.2f} s  {mb / full:7.0f} MB/s")
-    print(f"  re-publish unchanged       {again:7.3f} s  (hash cache hit)")
-    print(f"  re-publish, no hash cache  {rehash:7.2f} s  (every file re-hashed)")
-    print(f"  restore (verify+fsync)     {restore:7.2f} s  {mb / restore:7.0f} MB/s")
-    return {"publish_vs_cp": cp / full, "publish_vs_cp_sync": cp_sync / full,
-            "republish_share": again / full, "republish_nocache_share": rehash / full,
-            "restore_vs_cp": cp / restore}
+    print(f"  cp -r                      {t['cp']:7.2f} s  {mb / t['cp']:7.0f} MB/s")
+    print(f"  cp -r + sync               {t['cp_sync']:7.2f} s  {mb / t['cp_sync']:7.0f} MB/s")
+    print(f"  publish (hash+copy+fsync)  {t['publish']:7.2f} s  {mb / t['publish']:7.0f} MB/s")
+    print(f"  re-publish unchanged       {t['republish']:7.3f} s  (hash cache hit)")
+    print(f"  re-publish, no hash cache  {t['republish_nocache']:7.2f} s  (every file re-hashed)")
+    print(f"  restore (verify+fsync)     {t['restore']:7.2f} s  {mb / t['restore']:7.0f} MB/s")
+    return {"publish_vs_cp": t["cp"] / t["publish"], "publish_vs_cp_sync": t["cp_sync"] / t["publish"],
+            "republish_share": t["republish"] / t["publish"],
+            "republish_nocache_share": t["republish_nocache"] / t["publish"],
+            "restore_vs_cp": t["cp"] / t["restore"], "restore_vs_cp_sync": t["cp_sync"] / t["restore"]}
 
 
 def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]:
@@ -102,33 +112,41 @@ def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]
     process, server = start_weed(work / "weed")
     try:
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
-        counter = iter(range(10**6))
-        put = timed(lambda: None, lambda: fs.put(str(src), f"{server.bucket}/put{next(counter)}/",
-                                                 recursive=True), repeat)
-        urls = iter(server.url(f"store{i}") for i in range(10**6))
-        publish = timed(lambda: None, lambda: CheckpointStore(
-            next(urls), storage_options=server.storage_options, hash_cache=False).publish(src),
-            repeat)
+        fs.put(str(src), f"{server.bucket}/source/", recursive=True)
         store = CheckpointStore(server.url("cached"), storage_options=server.storage_options)
         store.publish(src)
-        again = timed(lambda: None, lambda: store.publish(src), repeat)
+        rounds = iter(range(10**6))
         get_dir, out_dir = work / "get", work / "restored"
-        get = timed(fresh(get_dir), lambda: fs.get(f"{server.bucket}/put0/", str(get_dir),
-                                                    recursive=True), repeat)
-        restore = timed(fresh(out_dir), lambda: store.restore(out_dir), repeat)
+
+        def put() -> None:
+            fs.put(str(src), f"{server.bucket}/put{next(rounds)}/", recursive=True)
+
+        def publish() -> None:
+            CheckpointStore(server.url(f"store{next(rounds)}"),
+                            storage_options=server.storage_options, hash_cache=False).publish(src)
+
+        t = interleaved({
+            "put": (nothing, put),
+            "publish": (nothing, publish),
+            "republish": (nothing, lambda: store.publish(src)),
+            "get": (fresh(get_dir), lambda: fs.get(f"{server.bucket}/source/", str(get_dir),
+                                                   recursive=True)),
+            "restore": (fresh(out_dir), lambda: store.restore(out_dir)),
+        }, repeat)
         shutil.rmtree(get_dir, ignore_errors=True)
         shutil.rmtree(out_dir, ignore_errors=True)
     finally:
         stop_weed(process)
     mb = total / 1e6
     print(f"s3:// on SeaweedFS at 127.0.0.1 ({mb:.0f} MB)")
-    print(f"  s3fs put -r                {put:7.2f} s  {mb / put:7.0f} MB/s")
-    print(f"  publish (hash+PUT)         {publish:7.2f} s  {mb / publish:7.0f} MB/s")
-    print(f"  re-publish unchanged       {again:7.3f} s")
-    print(f"  s3fs get -r                {get:7.2f} s  {mb / get:7.0f} MB/s")
-    print(f"  restore (GET+verify)       {restore:7.2f} s  {mb / restore:7.0f} MB/s")
-    return {"s3_publish_vs_put": put / publish, "s3_republish_share": again / publish,
-            "s3_restore_vs_get": get / restore}
+    print(f"  s3fs put -r                {t['put']:7.2f} s  {mb / t['put']:7.0f} MB/s")
+    print(f"  publish (hash+PUT)         {t['publish']:7.2f} s  {mb / t['publish']:7.0f} MB/s")
+    print(f"  re-publish unchanged       {t['republish']:7.3f} s")
+    print(f"  s3fs get -r                {t['get']:7.2f} s  {mb / t['get']:7.0f} MB/s")
+    print(f"  restore (GET+verify)       {t['restore']:7.2f} s  {mb / t['restore']:7.0f} MB/s")
+    return {"s3_publish_vs_put": t["put"] / t["publish"],
+            "s3_republish_share": t["republish"] / t["publish"],
+            "s3_restore_vs_get": t["get"] / t["restore"]}
 
 
 def main() -> None:

@@ -121,13 +121,14 @@ def copy_hashing(
     return size, digest.hexdigest()
 
 
-def copy_and_hash(source: Path, target: Path,
-                  progress: Callable[[int], None] | None = None) -> tuple[int, str]:
+def copy_and_hash(source: Path, target: Path, progress: Callable[[int], None] | None = None,
+                  *, sync: bool = True) -> tuple[int, str]:
     """Copy local ``source`` to ``target`` (kernel copy, then fsync) while a helper
     thread hashes ``source``; (size, sha256). The caller checks that ``source`` did not
     change meanwhile (its stat), since the hash and the copy read it separately."""
     pending = _hasher_pool.submit(hash_file, source, progress)
     shutil.copyfile(source, target)
-    with open(target, "rb+") as handle:
-        os.fsync(handle.fileno())
+    if sync:
+        with open(target, "rb") as handle:
+            os.fsync(handle.fileno())
     return os.stat(target).st_size, pending.result()

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import HashCache, hash_file
@@ -32,7 +33,7 @@ from wrapper.checkpoint.lease import WriterLease, writer_lease
 from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
 from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.snapshot import TEMP_TAG, LocalFile, Snapshot, check_unchanged
-from wrapper.checkpoint.storefs import StoreFS
+from wrapper.checkpoint.storefs import StoreFS, fsync_files
 
 Progress = Callable[[int], None]
 
@@ -68,6 +69,7 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
         try:
             entries = uploads.run(snapshot.files)
             check_unchanged(snapshot)
+            fsync_files(uploads.written)  # blobs durable before a manifest names them
         except SnapshotUnstableError:
             uploads.discard()
             raise
@@ -102,11 +104,11 @@ class _Uploads:
         present = {sha: size for key, size in store.list_files(OBJECTS).items()
                    if (sha := blob_sha(key))}
         committed = state.committed_blobs()
-        # Local blobs are written tmp + rename under their own hash: any present one is
-        # whole. On object stores only blobs a committed manifest vouches for are reused:
-        # an orphan of a torn publish might hold bytes that changed during its upload.
-        self.trusted = present if store.is_local else {
-            sha: size for sha, size in present.items() if committed.get(sha) == size}
+        # Only blobs a committed manifest vouches for are reused: an orphan of a torn
+        # publish may hold bytes that changed during its upload, or, on a local disk after
+        # a crash, bytes that never reached it (blobs are fsynced just before the manifest).
+        self.trusted = {sha: size for sha, size in present.items() if committed.get(sha) == size}
+        self.written: list[Path] = []
         self.sent: list[str] = []
         self.sent_files = self.sent_bytes = 0
         self._count_lock = threading.Lock()
@@ -132,7 +134,13 @@ class _Uploads:
             return FileEntry(file.relpath, size, sha)
         hashed_at = time.time_ns()
         if self.store.is_local:
-            size, sha, written = self.store.ingest_local(file.path, blob_key, self.progress)
+            size, sha, blob = self.store.ingest_local(
+                file.path, blob_key,
+                lambda sha, n: self.trusted.get(sha) == n or sha in self.sent, self.progress)
+            written = blob is not None
+            if blob is not None:
+                self.written.append(blob)
+                self.sent.append(sha)
         else:
             sha = sha or hash_file(file.path)
             with self._count_lock:  # two files with one content: one upload

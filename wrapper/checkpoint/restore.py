@@ -33,7 +33,7 @@ from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
-from wrapper.checkpoint.storefs import StoreFS
+from wrapper.checkpoint.storefs import StoreFS, fsync_files
 
 Progress = Callable[[int], None]
 
@@ -98,6 +98,7 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
             if first[entry.sha256] != index:
                 staged[index][0].parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(staged[first[entry.sha256]][0], staged[index][0])
+        fsync_files([tmp for tmp, _ in staged])  # durable before they replace anything
         for tmp, final in staged:
             os.replace(tmp, final)
         for folder in {final.parent for _, final in staged} | {target}:
@@ -112,11 +113,10 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
 
     def attempt() -> tuple[int, str]:
         if store.is_local:  # kernel copy + hash of the blob read alongside
-            return copy_and_hash(store.local_path(blob_key(entry.sha256)), tmp, progress)
+            return copy_and_hash(store.local_path(blob_key(entry.sha256)), tmp, progress,
+                                 sync=False)
         with store.open_read(blob_key(entry.sha256)) as src, open(tmp, "wb") as dst:
             result = copy_hashing(src, dst, progress)
-            dst.flush()
-            os.fsync(dst.fileno())
             return result
 
     try:

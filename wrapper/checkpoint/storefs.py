@@ -113,9 +113,13 @@ class StoreFS:
         self.retry.call(put, what=f"upload {source} to {self.key(relkey)}")
 
     def ingest_local(self, source: Path, relkey_for: Callable[[str], str],
-                     progress: Callable[[int], None] | None = None) -> tuple[int, str, bool]:
+                     keep_existing: Callable[[str, int], bool],
+                     progress: Callable[[int], None] | None = None
+                     ) -> tuple[int, str, Path | None]:
         """Local stores: copy ``source`` into the store and rename it to
-        ``relkey_for(sha256)``. Returns (size, sha256, written).
+        ``relkey_for(sha256)`` unless ``keep_existing(sha256, size)``. Returns (size,
+        sha256, the blob written or None). The caller fsyncs written blobs (all at once,
+        before the manifest is written: one writeback wait instead of one per file).
 
         The kernel copies (sendfile) while a helper thread hashes the source (from the
         page cache), so a publish costs about one copy. The source's stat is compared
@@ -126,16 +130,15 @@ class StoreFS:
         tmp = tmp_dir / f"{TEMP_TAG}{uuid.uuid4().hex}"
         try:
             before = os.stat(source)
-            size, sha = copy_and_hash(source, tmp, progress)
+            size, sha = copy_and_hash(source, tmp, progress, sync=False)
             if stat_key(os.stat(source)) != stat_key(before) or size != before.st_size:
                 raise SnapshotUnstableError(f"{source} changed while it was published")
+            if keep_existing(sha, size):
+                return size, sha, None
             target = self.local_path(relkey_for(sha))
-            if target.exists() and target.stat().st_size == size:
-                return size, sha, False
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
-            _fsync_dir(target.parent)
-            return size, sha, True
+            return size, sha, target
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -160,6 +163,15 @@ def _write_local_atomic(path: Path, data: bytes) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
+
+
+def fsync_files(paths: list[Path]) -> None:
+    """Make written files and their directory entries durable."""
+    for path in paths:
+        with open(path, "rb") as handle:
+            os.fsync(handle.fileno())
+    for folder in {path.parent for path in paths}:
+        _fsync_dir(folder)
 
 
 def _copy_local_atomic(source: Path, target: Path) -> None:
