@@ -30,15 +30,18 @@ PYTHON = sys.executable
 
 PRODUCER = """
 import sys
-line = b"[rank 0] iteration 1234/100000 | consumed samples 157952 | lm loss 2.345678E+00 | lr 1.0E-04 | grad norm 0.873 | tokens/s 123456\\n"
-block = line * (1024 * 1024 // len(line))
+line = "[rank 0] iteration 1234/100000 | consumed samples 157952 | lm loss 2.345678E+00 | lr 1.0E-04 | grad norm 0.873 | tokens/s 123456"
 total = int(sys.argv[1]) * 1024 * 1024
-out = sys.stdout.buffer
-sent = 0
-while sent < total:
-    out.write(block)
-    sent += len(block)
-out.flush()
+if sys.argv[2] == "blocks":  # worst case: 1 MiB writes, as fast as memory allows
+    block = ((line + "\\n") * (1024 * 1024 // (len(line) + 1))).encode()
+    out, sent = sys.stdout.buffer, 0
+    while sent < total:
+        out.write(block)
+        sent += len(block)
+    out.flush()
+else:  # a training log: one print() per line
+    for _ in range(total // (len(line) + 1)):
+        print(line)
 """
 
 HANG_CHILD = """
@@ -46,15 +49,14 @@ import os, sys, time
 from wrapper import heartbeat
 mode = sys.argv[1]
 for step in range(20):
+    time.sleep(0.05)
     if mode == "heartbeat":
         heartbeat()
     else:
         print(f"step {step}", flush=True)
-    time.sleep(0.05)
+        last = time.time()  # the line is in the pipe now
 if mode == "heartbeat":
     last = os.stat(os.environ["RESCHED_HEARTBEAT_FILE"]).st_mtime
-else:
-    last = time.time()
 with open(sys.argv[2], "w") as handle:
     handle.write(repr(last))
 time.sleep(600)
@@ -91,11 +93,11 @@ def drain(argv: list[str]) -> tuple[int, float, float]:
     return received, eof - (first or eof), time.perf_counter() - started
 
 
-def bench_throughput(megabytes: int, repeats: int) -> dict[str, float]:
+def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         producer = Path(tmp) / "producer.py"
         producer.write_text(PRODUCER)
-        direct_cmd = [PYTHON, str(producer), str(megabytes)]
+        direct_cmd = [PYTHON, str(producer), str(megabytes), style]
         direct, wrapped = [], []
         for attempt in range(repeats):
             direct.append(drain(direct_cmd))
@@ -208,16 +210,29 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--only", choices=("throughput", "heartbeat", "hang"), default=None)
     args = parser.parse_args()
+    if args.only in (None, "throughput"):
+        report_throughput(args)
+    if args.only in (None, "heartbeat"):
+        report_heartbeat(args)
+    if args.only in (None, "hang"):
+        report_hang()
 
-    throughput = bench_throughput(args.mb, args.repeats)
-    print(f"throughput ({throughput['bytes'] / 1e6:.0f} MB of log lines, best of {args.repeats}):")
-    print(f"  direct {throughput['direct_MBps']:.0f} MB/s, through resched wrap "
-          f"{throughput['wrapped_MBps']:.0f} MB/s -> ratio {throughput['stream_ratio']:.2f} "
-          "(goal >= 0.9; first byte to EOF)")
-    print(f"  end to end incl. wrapper start: {throughput['direct_total_s']:.2f} s vs "
-          f"{throughput['wrapped_total_s']:.2f} s -> ratio {throughput['total_ratio']:.2f}")
 
+def report_throughput(args: argparse.Namespace) -> None:
+    for style, label in (("print", "one print() per log line"), ("blocks", "1 MiB writes")):
+        result = bench_throughput(args.mb, args.repeats, style)
+        print(f"throughput, {result['bytes'] / 1e6:.0f} MB written as {label} "
+              f"(best of {args.repeats}):")
+        print(f"  direct {result['direct_MBps']:.0f} MB/s, through resched wrap "
+              f"{result['wrapped_MBps']:.0f} MB/s -> ratio {result['stream_ratio']:.2f} "
+              "(goal >= 0.9; first byte to EOF)")
+        print(f"  end to end incl. wrapper start: {result['direct_total_s']:.2f} s vs "
+              f"{result['wrapped_total_s']:.2f} s -> ratio {result['total_ratio']:.2f}")
+
+
+def report_heartbeat(args: argparse.Namespace) -> None:
     beat = bench_heartbeat(args.steps, args.trials)
     print(f"heartbeat (torch MLP step {beat['step_ms']:.3f} ms, {args.steps} steps x {args.trials}):")
     print(f"  loop overhead {beat['overhead_min_pct']:+.2f} % (min of trials), "
@@ -225,6 +240,8 @@ def main() -> None:
     print(f"  one heartbeat() call {beat['heartbeat_call_us']:.2f} us = "
           f"{beat['call_cost_pct_of_step']:.3f} % of a step")
 
+
+def report_hang() -> None:
     for mode in ("heartbeat", "output"):
         hang = bench_hang(mode, timeout_s=1.0, trials=3)
         print(f"hang detection ({mode} progress, timeout {hang['timeout_s']:g} s, 3 runs): "

@@ -291,3 +291,22 @@ def test_an_output_burst_is_forwarded_whole_and_its_end_is_scanned(tmp_path: Pat
     assert run.stdout_tail[-1] == "RuntimeError: the root cause"
     scanned = sum(1 for _, line in slow_scan if line)
     assert scanned + run.unscanned_lines == expected_lines
+
+
+def test_an_exception_in_the_watch_loop_still_kills_the_group(tmp_path: Path) -> None:
+    script = _spawn_stubborn_grandchild(tmp_path)
+
+    def broken_hang_report(silent: float, timeout: float) -> None:
+        raise RuntimeError("a bug in the wrapper")
+
+    supervisor = Supervisor(
+        [str(script)], env=child_env(), feed_text=Collected(), relay=SignalRelay(),
+        options=SuperviseOptions(grace_s=0.3, hang=HangSettings(fixed_s=0.3), poll_s=0.02,
+                                 stdout_fd=os.open(os.devnull, os.O_WRONLY),
+                                 stderr_fd=os.open(os.devnull, os.O_WRONLY)),
+        on_hang=broken_hang_report,
+    )
+    with pytest.raises(RuntimeError, match="a bug in the wrapper"):
+        supervisor.run()
+    grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
+    assert not pid_alive(grandchild)

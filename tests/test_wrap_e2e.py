@@ -307,3 +307,18 @@ def test_checkpoint_url_restores_publishes_and_carries_history(
     assert restored is not None and restored.step == 9
     carried = json.loads((third_dir / ".resched" / "history.json").read_text())
     assert len(carried["attempts"]) == 2
+
+
+def test_auto_hang_timeout_is_calibrated_and_carried_to_the_next_run(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    program = ("import time\nfrom wrapper import heartbeat\n"
+               "for _ in range(8):\n    heartbeat(); time.sleep(0.05)\n")
+    env = child_env(RESCHED_HEARTBEAT_MIN_INTERVAL="0")
+    first = run_wrap(state, ["--hang-timeout", "auto"], [sys.executable, "-c", program], env=env)
+    assert first.returncode == 0, first.stderr
+    measured = records(state)[-1]
+    assert measured["hang_timeout_s"] == 300.0  # the measuring attempt keeps the generous value
+    assert measured["calibrated_hang_timeout"] == 30.0  # 5 x ~0.05 s, raised to the floor
+    second = run_wrap(state, ["--hang-timeout", "auto"], [sys.executable, "-c", program], env=env)
+    assert second.returncode == 0, second.stderr
+    assert records(state)[-1]["hang_timeout_s"] == 30.0  # carried through the history

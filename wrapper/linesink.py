@@ -8,8 +8,8 @@ scanning only; a line longer than ``MAX_LINE_BYTES`` is scanned by its prefix.
 
 Forwarding never waits for the scanner. The scanner keeps up with any realistic
 training log (tens of MB/s), but a burst written faster than it can scan would
-otherwise throttle the command. So when ``BURST_PENDING_BYTES`` or more piled up in
-the pipe (one read returned that much, or that much is still unread), the chunk is
+otherwise throttle the command. So when output piles up in the pipe (a read fills the
+whole read buffer, or ``BURST_PENDING_BYTES`` are still unread), the chunk is
 forwarded and set aside; when the burst
 ends (or at EOF) the last ``BURST_KEEP_BYTES`` of it are scanned, which is where a
 crash's traceback and the launcher's failure summary are. Lines dropped from the
@@ -35,7 +35,8 @@ BURST_PENDING_BYTES = 256 * 1024
 BURST_KEEP_BYTES = 4 * 1024 * 1024
 BURST_QUIET_S = 0.05
 PIPE_BYTES = 1024 * 1024
-_READ_SIZE = 64 * 1024  # larger reads allocate (mmap) a big buffer per call: slower
+# 64 KiB reads overlap reading with the command's writing; 1 MiB reads measured slower.
+_READ_SIZE = 64 * 1024
 _F_SETPIPE_SZ = 1031
 
 # Receives whole lines joined by "\n" (no trailing newline) and the stream name.
@@ -88,6 +89,7 @@ class LineSink:
         self._burst_bytes = 0
         self.lines_seen = 0  # read by the watch loop as output progress
         self.unscanned_lines = 0
+        self._unfed_lines = 0
         self._thread = threading.Thread(target=self._pump, name=f"resched-{stream}", daemon=True)
 
     def start(self) -> None:
@@ -114,20 +116,22 @@ class LineSink:
             if not chunk:
                 break
             self._forward(chunk)
-            # A big read means the output piled up while we were busy; a full pipe means
-            # it still does. Either way the command writes faster than we scan. The burst
-            # lasts until the pipe stays quiet for BURST_QUIET_S.
-            if (self._burst or len(chunk) >= BURST_PENDING_BYTES
+            # A full read means output piled up while we were busy; so does a pipe that
+            # still holds a lot. Either way the command writes faster than we scan. The
+            # burst lasts until the pipe stays quiet for BURST_QUIET_S.
+            full = len(chunk) == _READ_SIZE
+            if (full or self._burst
                     or _pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
                 self._set_aside(chunk)
-                if not _readable_within(self._source_fd, BURST_QUIET_S):
+                if not full and not _readable_within(self._source_fd, BURST_QUIET_S):
                     self._scan_burst()  # the burst is over: scan its end
             else:
-                self._split(chunk, scan=True)
+                self._split(chunk)
         self._scan_burst()
         if self._carry:
-            self._emit(self._carry, scan=True)
+            self._emit(self._carry)
             self._carry = b""
+        self._feed_unfed_lines()
 
     def _forward(self, chunk: bytes) -> None:
         if not self._target_ok:
@@ -151,12 +155,45 @@ class LineSink:
         while self._burst_bytes - len(self._burst[0]) >= BURST_KEEP_BYTES:
             oldest = self._burst.popleft()
             self._burst_bytes -= len(oldest)
-            self._split(oldest, scan=False)
+            self._skip(oldest)
+
+    def _skip(self, chunk: bytes) -> None:
+        """Count the lines of a chunk that will not be scanned (cheap: no decode, no copy)."""
+        if self._skipping:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                return
+            self._skipping = False
+            chunk = chunk[newline + 1:]
+        complete = chunk.count(b"\n")
+        if complete == 0:
+            if len(self._carry) + len(chunk) > MAX_LINE_BYTES:
+                self._count_unscanned(1)  # an over-long line: count it now, drop the rest
+                self._carry, self._skipping = b"", True
+            else:
+                self._carry += chunk
+            return
+        last_newline = chunk.rfind(b"\n")
+        self._count_unscanned(complete)
+        self._keep_for_tail(self._carry + chunk[:last_newline], complete)
+        self._carry = chunk[last_newline + 1:]
+
+    def _count_unscanned(self, lines: int) -> None:
+        self._unfed_lines += lines
+        self.unscanned_lines += lines
+        self.lines_seen += lines
+
+    def _feed_unfed_lines(self) -> None:
+        # Unscanned lines still advance the scanner's line numbers, in order, before the
+        # next scanned block: as empty lines, which match no rule (one byte each).
+        if self._unfed_lines and self._scanning:
+            self._safe_feed("\n" * (self._unfed_lines - 1))
+        self._unfed_lines = 0
 
     def _scan_burst(self) -> None:
         while self._burst:
             chunk = self._burst.popleft()
-            self._split(chunk, scan=True)
+            self._split(chunk)
         self._burst_bytes = 0
 
     def _write_note(self, text: str) -> None:
@@ -165,7 +202,7 @@ class LineSink:
         except OSError:
             pass
 
-    def _split(self, chunk: bytes, *, scan: bool) -> None:
+    def _split(self, chunk: bytes) -> None:
         if self._skipping:
             newline = chunk.find(b"\n")
             if newline < 0:
@@ -178,23 +215,19 @@ class LineSink:
             self._carry = data
         else:
             self._carry = data[last_newline + 1:]
-            self._emit(data[:last_newline], scan=scan)
+            self._emit(data[:last_newline])
         if len(self._carry) > MAX_LINE_BYTES:
-            self._emit(self._carry[:MAX_LINE_BYTES], scan=scan)
+            self._emit(self._carry[:MAX_LINE_BYTES])
             self._carry = b""
             self._skipping = True
 
-    def _emit(self, block: bytes, *, scan: bool) -> None:
-        """Scan (or only count) a block of whole lines joined by newlines."""
+    def _emit(self, block: bytes) -> None:
+        """Scan a block of whole lines joined by newlines."""
         count = block.count(b"\n") + 1
-        if scan and self._scanning:
+        self._feed_unfed_lines()
+        if self._scanning:
             # One decode per block: a newline byte never occurs inside a UTF-8 sequence.
             self._safe_feed(block.decode("utf-8", "replace"))
-        elif self._scanning:
-            # Unscanned lines still advance the scanner's line numbers: empty lines
-            # match no rule and cost the prefilter one byte each.
-            self._safe_feed("\n" * (count - 1))
-            self.unscanned_lines += count
         self._keep_for_tail(block, count)
         self.lines_seen += count
 

@@ -45,6 +45,8 @@ class SignalRelay:
         self._wakeup = threading.Event()
 
     def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; an embedding caller forwards itself
         for signum in STOP_SIGNALS:
             self._previous[signum] = signal.signal(signum, self._handle)
 
