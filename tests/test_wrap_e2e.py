@@ -322,3 +322,13 @@ def test_auto_hang_timeout_is_calibrated_and_carried_to_the_next_run(tmp_path: P
     second = run_wrap(state, ["--hang-timeout", "auto"], [sys.executable, "-c", program], env=env)
     assert second.returncode == 0, second.stderr
     assert records(state)[-1]["hang_timeout_s"] == 30.0  # carried through the history
+
+
+def test_a_bad_rules_file_is_one_line_and_never_the_reschedule_code(tmp_path: Path) -> None:
+    rules = tmp_path / "team-rules.yaml"
+    rules.write_text("version: 1\nrules:\n  - id: team/x\n    decision: sometimes\n")
+    result = run_wrap(tmp_path / "state", ["--rules", str(rules), "--reschedule-code", "2"],
+                      ["true"])
+    assert result.returncode not in (0, 2)
+    assert result.stderr.startswith("resched: error: ") and result.stderr.count("\n") == 1
+    assert "team-rules.yaml" in result.stderr and "team/x" in result.stderr

@@ -14,14 +14,9 @@ from pathlib import Path
 import click
 
 from wrapper.durations import parse_duration
+from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
-from wrapper.wrap import (
-    WrapConfig,
-    WrapConfigError,
-    default_allocation,
-    default_state_dir,
-    run_wrap,
-)
+from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
 _PATH = click.Path(path_type=Path)
 
@@ -83,38 +78,34 @@ def wrap(
     Exit codes: 0 complete, --reschedule-code, --abort-code, 70 wrapper bug.
     """
     node_name = node or socket.gethostname()
-    config = WrapConfig(
-        command=tuple(command),
-        state_dir=state_dir or default_state_dir(checkpoint_dir),
-        node=node_name,
-        allocation=default_allocation(node_name, os.environ),
-        reschedule_code=reschedule_code,
-        abort_code=abort_code,
-        max_retries=max_retries,
-        max_reschedules=max_reschedules,
-        reset_on_progress=not no_budget_reset,
-        grace_s=_seconds(grace, "--grace") or 0.0,
-        hang=parse_hang_timeout(hang_timeout),
-        heartbeat_file=heartbeat_file,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_url=checkpoint_url or None,
-        sync_every_s=_seconds(sync_every, "--sync-every"),
-        rule_files=tuple(rule_files),
-        expect_finished_flag=expect_finished_flag,
-        outcome_file=outcome_file,
-    )
     try:
+        config = WrapConfig(
+            command=tuple(command),
+            state_dir=state_dir or default_state_dir(checkpoint_dir),
+            node=node_name,
+            allocation=default_allocation(node_name, os.environ),
+            reschedule_code=reschedule_code,
+            abort_code=abort_code,
+            max_retries=max_retries,
+            max_reschedules=max_reschedules,
+            reset_on_progress=not no_budget_reset,
+            grace_s=_seconds(grace, "--grace") or 0.0,
+            hang=parse_hang_timeout(hang_timeout),
+            heartbeat_file=heartbeat_file,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_url=checkpoint_url or None,
+            sync_every_s=_seconds(sync_every, "--sync-every"),
+            rule_files=tuple(rule_files),
+            expect_finished_flag=expect_finished_flag,
+            outcome_file=outcome_file,
+        )
         code = run_wrap(config)
-    except WrapConfigError as error:
-        _never_reschedule_code(error, config)
+    except ReschedError as error:
+        # A usage error that exits with the reschedule code would be rescheduled forever.
+        if error.exit_code == reschedule_code:
+            error.exit_code = 1 if reschedule_code != 1 else 2
         raise
     sys.exit(code)
-
-
-def _never_reschedule_code(error: WrapConfigError, config: WrapConfig) -> None:
-    # A usage error that exits with the reschedule code would be rescheduled forever.
-    if error.exit_code == config.reschedule_code:
-        error.exit_code = 1 if config.reschedule_code != 1 else 2
 
 
 COMMANDS: list[click.Command] = [wrap]
