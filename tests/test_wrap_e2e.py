@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,7 @@ def test_wrapper_sigterm_forwards_waits_grace_kills_and_records(tmp_path: Path) 
     script = write_script(tmp_path / "train.sh", (
         "#!/bin/bash\n"
         f"bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/stubborn.pid; "
-        "while true; do sleep 0.1; done' &\n"
+        f"while true; do echo x >> {tmp_path}/alive; sleep 0.1; done' &\n"
         f"echo $$ > {tmp_path}/pgid\nwait\n"
     ))
     env = child_env(RESCHED_OUTCOME_FILE=str(outcome))
@@ -121,12 +120,14 @@ def test_wrapper_sigterm_forwards_waits_grace_kills_and_records(tmp_path: Path) 
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pgid = int(wait_for_file(tmp_path / "pgid"))
     stubborn = int(wait_for_file(tmp_path / "stubborn.pid"))
-    started = time.monotonic()
+    wait_for_file(tmp_path / "alive")
+    beats_at_sigterm = len((tmp_path / "alive").read_text().split())
     wrapper.send_signal(signal.SIGTERM)
     _, stderr = wrapper.communicate(timeout=60)
     assert wrapper.returncode == 3, stderr
-    assert time.monotonic() - started >= 2.0  # the stubborn grandchild got its grace
-    assert not pid_alive(stubborn)
+    beats_after = len((tmp_path / "alive").read_text().split()) - beats_at_sigterm
+    assert beats_after > 1  # the stubborn grandchild lived through its grace period ...
+    assert not pid_alive(stubborn)  # ... and was killed after it
     assert_group_gone(pgid)
     final = json.loads(outcome.read_text())
     assert (final["decision"], final["wrapper_exit_code"], final["stop_signal"]) == (
