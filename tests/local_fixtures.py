@@ -74,6 +74,24 @@ def processes_with(text: str) -> list[int]:
     return found
 
 
+def processes_with_env(text: str) -> list[int]:
+    """Live processes whose environment contains ``text`` (every task process inherits
+    ``RESCHED_OUTCOME_FILE=<workdir>/...``, so this finds a run's orphans wherever they are)."""
+    found = []
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 # A tiny "training" for semantics tests: counts steps, keeps a checkpoint in /tmp/models
 # (files + completion marker), resumes from the staged input, and exits 3 once at
 # --fail-at (the once-file lives in the task's output folder, which outlives pods).

@@ -14,6 +14,7 @@ from tests.local_fixtures import (
     COUNTER_TRAIN,
     RESCHED,
     processes_with,
+    processes_with_env,
     run_local,
     write_workflow,
 )
@@ -266,6 +267,7 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert out.startswith("CANCELED"), err
     assert not processes_with("sleep 321") and not processes_with("sleep 322")
+    assert not processes_with_env(str(tmp_path / "w"))
 
 
 def test_chaos_on_shell_tasks_kill_hang_and_forced_exit(tmp_path: Path) -> None:
@@ -300,3 +302,53 @@ def test_bad_chaos_spec_is_one_line_naming_the_item(tmp_path: Path) -> None:
     assert run.returncode == 2
     lines = [line for line in run.stderr.splitlines() if line.startswith("resched: error")]
     assert len(lines) == 1 and "'melt:t@2s'" in lines[0] and "Traceback" not in run.stderr
+
+
+STEPPER = ("if [ -e {{output}}/done ]; then exit 0; fi; i=0; while [ $i -lt 60 ]; do i=$((i+1)); "
+           "echo resched-train: step $i; sleep 0.05; done; touch {{output}}/done")
+
+
+def test_random_chaos_is_reproducible_and_waits_for_progress(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, f"""
+        workflow:
+          name: random-chaos
+          timeout: {{exec_timeout: 120s}}
+          tasks:
+          - name: job
+            command: ["sh", "-c", "{STEPPER}"]
+            exitActions: {{RESCHEDULE: 137}}
+    """)
+    chaos = ["--chaos", "random:mtbf=1s,seed=5,kinds=podkill,max=2"]
+    first = run_local(spec, *chaos, workdir=tmp_path / "w1")
+    second = run_local(spec, *chaos, workdir=tmp_path / "w2")
+    for run in (first, second):
+        assert run.returncode == 0, run.stderr
+        faults = run.events("fault_injected")
+        assert [f["fault"] for f in faults] == ["podkill", "podkill"]
+        steps = run.events("step")
+        # each random fault came after a training step seen since the previous one
+        for before, fault in zip([0.0] + [f["t"] for f in faults], faults):
+            assert any(before < s["t"] < fault["t"] for s in steps)
+        assert [a["exit_code"] for a in run.attempts("job")][:2] == [137, 137]
+
+
+def test_submit_backend_local_runs_the_same_backend(tmp_path: Path) -> None:
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: via-submit
+          tasks:
+          - {name: t, command: ["sh", "-c", "echo hi > {{output}}/x"]}
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    dry = subprocess.run([RESCHED, "submit", "--backend", "local", str(spec), "--dry-run",
+                          "--workdir", str(tmp_path / "w")], capture_output=True, text=True, env=env,
+                         check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert "lead t: sh -c echo hi > " in dry.stdout and not (tmp_path / "w").exists()
+    done = subprocess.run([RESCHED, "submit", "--backend", "local", str(spec), "--workdir",
+                           str(tmp_path / "w"), "--max-retry-per-task", "1", "--report",
+                           str(tmp_path / "r.json")], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("COMPLETED in ")
+    assert (tmp_path / "w/tasks/t/output/x").read_text() == "hi\n"
+    assert (tmp_path / "r.json").exists()

@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from workflows.backends.base import Backend, Request, SubmitResult
 from workflows.backends.local.chaos import parse_chaos
@@ -55,7 +55,7 @@ def local_options(options: Mapping[str, Any]) -> LocalOptions:
 class LocalBackend(Backend):
     name = "local"
     lint_target = "local"
-    option_help: ClassVar[Mapping[str, str]] = {
+    option_help: Mapping[str, str] = {
         "chaos": "fault injection, e.g. 'kill:master@20s,exit:master=16@50s' or 'random:mtbf=30s,seed=1'",
         "max_retry_per_task": f"RESCHEDULEs a task gets (default {DEFAULT_MAX_RETRY_PER_TASK}; "
         "OSMO's pool default is 0)",

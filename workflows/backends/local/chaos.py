@@ -3,8 +3,8 @@
 Spec: comma-separated items ``KIND:TASK[=CODE]@WHEN`` and/or one
 ``random:mtbf=30s[,seed=1][,kinds=kill+hang+term][,tasks=a+b][,max=N][,code=16]``.
 WHEN is a duration after the run started (``20s``, ``1m``, ``500ms``, ``90``) or
-``Nckpt`` (right after the run's N-th upload of a new checkpoint by a ``checkpoint:``
-timer; uploads of an unchanged directory do not count). Kinds, and what they do to
+``Nckpt`` (right after the run's N-th upload of a newer checkpoint step by a
+``checkpoint:`` timer; uploads that carry no newer step do not count). Kinds, and what they do to
 the target task's processes (the task's "workload" is everything below its
 ``resched wrap`` process, or the whole task when there is no wrapper):
 

@@ -33,6 +33,7 @@ class ChaosDriver:
         self.pending: list[Fault] = list(plan.faults)
         self.fired: list[Fired] = []
         self.uploads = 0
+        self.max_step = -1
         self.last_step_t = float("-inf")
         self.last_fired_t = float("-inf")
         self._rng = random.Random(plan.random.seed) if plan.random else None
@@ -41,8 +42,12 @@ class ChaosDriver:
         timeline.listen(self._on_event)
 
     def _on_event(self, event: Event) -> None:
-        if event.kind == "checkpoint_uploaded" and event.fields.get("changed", True):
-            self.uploads += 1  # uploads of a new checkpoint: a measure of training progress
+        step = event.fields.get("step")
+        if event.kind == "checkpoint_uploaded" and isinstance(step, int) and step > self.max_step:
+            # only uploads of a newer step count: a measure of training progress (the
+            # directory also changes when nothing trained, e.g. the wrapper's records)
+            self.max_step = step
+            self.uploads += 1
         elif event.kind == "step":
             self.last_step_t = event.t
 

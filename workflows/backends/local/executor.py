@@ -190,8 +190,8 @@ class Executor:
         }
         state.records.append(record)
         state.run = None
-        self.timeline.add("task_ended", state.task.name, **{k: v for k, v in record.items()
-                                                           if k not in ("task", "log")})
+        fields: dict[str, Any] = {k: v for k, v in record.items() if k not in ("task", "log")}
+        self.timeline.add("task_ended", state.task.name, **fields)
         return record
 
     def _on_exit(self, state: TaskState, group: PlannedGroup, states: list[TaskState]) -> tuple[str, str] | None:

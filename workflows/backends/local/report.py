@@ -36,9 +36,11 @@ def _first(events: Sequence[Event], kinds: tuple[str, ...], after: float) -> Eve
 def fault_metrics(events: Sequence[Event]) -> list[dict[str, Any]]:
     steps = [e for e in events if e.kind == "step"]
     out = []
-    for fault in (e for e in events if e.kind == "fault_injected"):
+    injected = [e for e in events if e.kind == "fault_injected"]
+    for index, fault in enumerate(injected):
         item: dict[str, Any] = {"task": fault.task, "spec": fault.fields.get("spec"),
                                 "detail": fault.fields.get("detail"), "t_fault": fault.t}
+        next_fault = injected[index + 1].t if index + 1 < len(injected) else math.inf
         before = [s.fields["step"] for s in steps if s.t <= fault.t]
         item["step_before"] = max(before) if before else None
         detect = _first(events, _DETECT, fault.t)
@@ -55,9 +57,14 @@ def fault_metrics(events: Sequence[Event]) -> list[dict[str, Any]]:
             item["rule"] = decide.fields.get("rule")
         restored_step = _restored_step(restore, first_new)
         item["restored_step"] = restored_step
+        # A fault injected before this one's recovery finished takes the rest of the
+        # window: what follows is not this fault's (the overlap is reported, not summed).
+        item["interrupted"] = first_new is None or first_new.t > next_fault
+        if detect is not None and detect.t > next_fault:
+            detect = None
         item["detection_s"] = _delta(fault, detect)
-        item["resume_s"] = _delta(detect, first_new)
-        if item["step_before"] is not None and restored_step is not None:
+        item["resume_s"] = None if item["interrupted"] else _delta(detect, first_new)
+        if item["step_before"] is not None and restored_step is not None and not item["interrupted"]:
             item["lost_steps"] = max(0, item["step_before"] - restored_step)
             caught = next((s for s in steps if first_new and s.t >= first_new.t
                            and s.fields["step"] >= item["step_before"]), None)

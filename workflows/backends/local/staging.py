@@ -11,7 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
-import fsspec
+import fsspec  # type: ignore[import-untyped]
 
 from workflows.backends.local.plan import PlannedInput, PlannedOutput
 from workflows.errors import BackendError
