@@ -144,10 +144,10 @@ def test_hang_with_heartbeats_then_silence_is_detected(tmp_path: Path) -> None:
 def test_regular_heartbeats_are_not_a_hang(tmp_path: Path) -> None:
     program = (
         "import time\nfrom wrapper import heartbeat\n"
-        "for step in range(25):\n    heartbeat(); time.sleep(0.1)\n"
+        "for step in range(30):\n    heartbeat(); time.sleep(0.1)\n"  # 3 s > the timeout
     )
     run, _, _ = supervise([PYTHON, "-c", program], tmp_path,
-                          hang=HangSettings(fixed_s=1.0), heartbeat=True)
+                          hang=HangSettings(fixed_s=2.0), heartbeat=True)
     assert (run.exit_code, run.hung) == (0, False)
 
 
@@ -160,8 +160,8 @@ def test_output_only_progress_hang_is_detected(tmp_path: Path) -> None:
 
 
 def test_output_only_progress_keeps_a_slow_but_steady_command_alive(tmp_path: Path) -> None:
-    program = "for i in $(seq 12); do echo step $i; sleep 0.25; done"
-    run, _, _ = supervise(["bash", "-c", program], tmp_path, hang=HangSettings(fixed_s=1.0))
+    program = "for i in $(seq 8); do echo step $i; sleep 0.5; done"  # total > the timeout
+    run, _, _ = supervise(["bash", "-c", program], tmp_path, hang=HangSettings(fixed_s=3.0))
     assert (run.exit_code, run.hung) == (0, False)
 
 
