@@ -19,6 +19,13 @@ def test_parse_hang_timeout_forms() -> None:
     assert parse_hang_timeout("10m").fixed_s == 600.0
     with pytest.raises(HangTimeoutError, match="--hang-timeout"):
         parse_hang_timeout("soon")
+    tuned = parse_hang_timeout("auto,initial=20m,later=2m,factor=4,min=10s,warmup=5")
+    assert (tuned.auto, tuned.initial_timeout_s, tuned.subsequent_timeout_s) == (True, 1200.0, 120.0)
+    assert (tuned.safety_factor, tuned.min_calibrated_s, tuned.warmup_intervals) == (4.0, 10.0, 5)
+    with pytest.raises(HangTimeoutError, match="unknown auto setting"):
+        parse_hang_timeout("auto,sometimes=3")
+    with pytest.raises(HangTimeoutError, match="not a number"):
+        parse_hang_timeout("auto,warmup=many")
 
 
 def test_fixed_timeout_counts_from_the_last_progress() -> None:

@@ -50,15 +50,24 @@ class HangSettings:
         return self.auto or self.fixed_s is not None
 
 
+_AUTO_KEYS = {
+    "initial": "initial_timeout_s", "later": "subsequent_timeout_s",
+    "factor": "safety_factor", "min": "min_calibrated_s", "warmup": "warmup_intervals",
+}
+
+
 def parse_hang_timeout(value: str | None, *, where: str = "--hang-timeout") -> HangSettings:
-    """``None``/``""``/``off``/``0`` -> off, ``auto`` -> calibrated, else a duration in seconds."""
+    """``None``/``""``/``off``/``0`` -> off, a duration -> fixed, ``auto`` -> calibrated.
+
+    ``auto`` takes optional settings: ``auto,initial=20m,later=5m,factor=5,min=30s,warmup=3``.
+    """
     if value is None:
         return HangSettings()
     text = value.strip().lower()
     if text in ("", "off", "none", "0"):
         return HangSettings()
-    if text == "auto":
-        return HangSettings(auto=True)
+    if text == "auto" or text.startswith("auto,"):
+        return _parse_auto(text.split(",")[1:], value, where)
     try:
         seconds = parse_duration(text, where=where)
     except ReschedError as error:
@@ -138,3 +147,25 @@ class HangDetector:
         # Never shrink a value an earlier attempt needed: a short attempt may not have
         # reached the slow steps (checkpoint save, evaluation) that an earlier one saw.
         return max(settings.calibrated_s, proposal)
+
+
+def _parse_auto(items: list[str], value: str, where: str) -> HangSettings:
+    fields: dict[str, float | int] = {}
+    for item in items:
+        key, _, raw = item.partition("=")
+        field_name = _AUTO_KEYS.get(key.strip())
+        if field_name is None or not raw:
+            raise HangTimeoutError(
+                f"{value!r}: unknown auto setting {item!r}", where=where,
+                fix="use auto,initial=DURATION,later=DURATION,factor=N,min=DURATION,warmup=N")
+        try:
+            if key.strip() == "warmup":
+                fields[field_name] = int(raw)
+            elif key.strip() == "factor":
+                fields[field_name] = float(raw)
+            else:
+                fields[field_name] = parse_duration(raw.strip(), where=f"{where} {key}")
+        except ValueError as error:
+            raise HangTimeoutError(f"{value!r}: {item!r} is not a number", where=where,
+                                   fix="give warmup a whole number and factor a number") from error
+    return HangSettings(auto=True, **fields)  # type: ignore[arg-type]
