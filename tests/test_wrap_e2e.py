@@ -333,3 +333,30 @@ def test_a_bad_rules_file_is_one_line_and_never_the_reschedule_code(tmp_path: Pa
     assert result.returncode not in (0, 2)
     assert result.stderr.startswith("resched: error: ") and result.stderr.count("\n") == 1
     assert "team-rules.yaml" in result.stderr and "team/x" in result.stderr
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_example_training_transient_nccl_error_is_retried_in_place_and_resumes(
+    tmp_path: Path,
+) -> None:
+    checkpoints, outcome = tmp_path / "ckpt", tmp_path / "final.json"
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    train = [torchrun, "--standalone", "--nproc-per-node", "2", str(REPO / "examples" / "ddp_train.py"),
+             "--checkpoint-dir", str(checkpoints), "--steps", "20", "--checkpoint-every", "5",
+             "--step-time", "0", "--fault", "nccl", "--fail-at-step", "12", "--fail-rank", "1",
+             "--fail-once-file", str(tmp_path / "fired-once")]
+    env = child_env(RESCHED_OUTCOME_FILE=str(outcome), OMP_NUM_THREADS="1")
+    result = run_wrap(tmp_path / "state",
+                      ["--checkpoint-dir", str(checkpoints),
+                       "--expect-finished-flag", str(checkpoints / "FINISHED")],
+                      train, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, second = records(tmp_path / "state")
+    assert (first["rule"], first["decision"], first["exclude_node"]) == ("nccl-error", "retry", False)
+    assert first["rank_exit_codes"].get("1") == 1 and first["root_cause_rank"] == 1
+    assert first["checkpoint_step_after"] == 10  # the last complete checkpoint before step 12
+    assert second["checkpoint_step_before"] == 10 and second["checkpoint_step_after"] == 20
+    assert (second["rule"], second["decision"]) == ("complete-finished", "complete")
+    assert "resched-train: final checksum" in result.stdout
+    assert json.loads(outcome.read_text())["wrapper_exit_code"] == 0
