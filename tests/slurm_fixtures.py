@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,8 +25,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_SCRIPT = REPO / "scripts" / "slurm-cluster"
-STATE_DIR = Path(os.environ.get("RESCHED_SLURM_TEST_DIR", "/tmp/resched-slurm-test"))
-PORT = os.environ.get("RESCHED_SLURM_TEST_PORT", "16917")
+NODES = 2  # slurmctld on the base port, one slurmd on each of the next ones
+
+
+def free_port_block(count: int, start: int = 17000, stop: int = 30000) -> int:
+    """A base port with ``count`` free consecutive ports on 127.0.0.1."""
+    for base in range(start + os.getpid() % 997 * 10, stop, count):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free block of ports for the test Slurm")
 
 
 @dataclass(frozen=True)
@@ -53,27 +68,38 @@ class SlurmCluster:
         raise AssertionError(f"job {job_id} not in {states} after {timeout_s}s: {info}")
 
 
-def _cluster_env() -> dict[str, str]:
+def _cluster_env(state_dir: Path) -> dict[str, str]:
     env = os.environ.copy()
-    env["RESCHED_SLURM_DIR"] = str(STATE_DIR)
-    env["RESCHED_SLURM_PORT"] = PORT
+    # Each test session gets its own cluster (state dir, ports): two sessions running at
+    # once must not stop each other's daemons or cancel each other's jobs.
+    env["RESCHED_SLURM_DIR"] = str(state_dir)
+    env["RESCHED_SLURM_PORT"] = str(free_port_block(NODES + 1))
     # Jobs inherit the submitter's environment: resched and this Python must be found.
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env["RESCHED_PYTHON"] = sys.executable
     return env
 
 
+def _down(env: dict[str, str], state_dir: Path) -> None:
+    subprocess.run(
+        [str(CLUSTER_SCRIPT), "down"], env=env, capture_output=True, text=True, check=False
+    )
+    shutil.rmtree(state_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", name="slurm_cluster")
 def slurm_cluster_fixture() -> Iterator[SlurmCluster]:
-    env = _cluster_env()
+    state_dir = Path(tempfile.mkdtemp(prefix="resched-slurm-test-"))
+    env = _cluster_env(state_dir)
     started = time.monotonic()
     up = subprocess.run(
         [str(CLUSTER_SCRIPT), "up"], env=env, capture_output=True, text=True, check=False
     )
     up_seconds = time.monotonic() - started
     if up.returncode != 0:
+        _down(env, state_dir)  # whatever did start
         pytest.skip(f"the test Slurm cluster did not come up: {up.stderr.strip()[-500:]}")
-    conf = STATE_DIR / "slurm.conf"
+    conf = state_dir / "slurm.conf"
     env["SLURM_CONF"] = str(conf)
     # sbatch passes the submitter's environment to the job: this process's, in the tests.
     exported = {k: env[k] for k in ("SLURM_CONF", "PATH", "RESCHED_PYTHON")}
@@ -87,6 +113,4 @@ def slurm_cluster_fixture() -> Iterator[SlurmCluster]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        subprocess.run(
-            [str(CLUSTER_SCRIPT), "down"], env=env, capture_output=True, text=True, check=False
-        )
+        _down(env, state_dir)

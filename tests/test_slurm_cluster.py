@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from slurm_fixtures import (
     SlurmCluster,
+    free_port_block,
     slurm_cluster_fixture,  # noqa: F401  (registers the fixture)
 )
 
@@ -204,7 +205,7 @@ def test_shipped_multi_node_template_recovers_under_slurm(
     submitted = slurm_cluster.run(
         "resched", "submit", "--backend", "slurm", str(REPO / "templates" / "multi-node-torchrun.yaml"),
         "--set", f"upload_location=file://{tmp_path}/ck", "steps=40", "checkpoint_every=5",
-        "step_time=0.05", "checkpoint_cadence=2s", "--set-string", f"train_args={train_args}",
+        "step_time=0.05", "checkpoint_cadence=2s", f"master_port={free_port_block(1)}", "--set-string", f"train_args={train_args}",
         "--tasks-per-node", "2", "--workdir", str(workdir),
     )  # fmt: skip
     job_id = submitted.stdout.strip().rsplit("job ", 1)[1]
