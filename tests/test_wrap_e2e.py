@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -232,6 +233,15 @@ def test_torchrun_rank_exit_16_reschedules_and_marks_the_node(tmp_path: Path) ->
     assert "rank 1 exit 16 (hidden by torchrun)" in result.stderr
     assert "node node-a marked for exclusion" in result.stderr
     assert os.path.isdir(final["artifacts_dir"])
+    # The record names the `resched classify` call that explains it from the saved tails.
+    argv = shlex.split(final["explain_command"])
+    assert argv[:2] == ["resched", "classify"]
+    explained = subprocess.run([sys.executable, "-m", "workflows.cli", *argv[1:], "--format", "json"],
+                               cwd=REPO, env=child_env(), capture_output=True, text=True,
+                               check=False, timeout=60)
+    assert explained.returncode == 0, explained.stderr
+    diagnosis = json.loads(explained.stdout)
+    assert (diagnosis["rule"], diagnosis["decision"]) == ("megatron-rerun-16", "reschedule")
 
 
 @pytest.mark.torch

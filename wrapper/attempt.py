@@ -8,6 +8,7 @@ into the history before the decision is acted on.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -102,6 +103,7 @@ class AttemptRunner:
             steps=(step_before, step_after), restarts=restarts[0], artifacts=artifacts,
             hang_timeout=detector.timeout_s() if detector else None,
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
+            evidence=evidence,
         )
         data = record.to_dict()
         write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
@@ -175,9 +177,36 @@ class AttemptRunner:
             "launcher": self.launcher,
         }
 
+    def _explain_command(self, run: SupervisedRun, artifacts: Path,
+                         evidence: Mapping[str, Any]) -> str:
+        """The `resched classify` call that re-derives this diagnosis from the saved tails."""
+        argv = ["resched", "classify"]
+        if run.exit_code is not None:
+            argv += ["--exit-code", str(run.exit_code)]
+        if run.signal is not None:
+            argv += ["--signal", str(run.signal)]
+        for name in ("stdout", "stderr"):
+            argv += ["--log", str(artifacts / f"{name}.tail.log")]
+        for error_file in evidence["error_files"]:
+            argv += ["--error-file", str(error_file)]
+        if evidence["tracker_file"] is not None:
+            argv += ["--tracker", str(evidence["tracker_file"])]
+        for rules in self.config.rule_files:
+            argv += ["--rules", str(rules)]
+        if run.hung:
+            argv.append("--hung")
+        if run.stop_signal:
+            argv += ["--stop-requested", run.stop_signal]
+        if evidence["expect_finished"]:
+            argv += ["--expect-finished", "finished" if evidence["finished"] else "unfinished"]
+        if self.launcher:
+            argv += ["--launcher", self.launcher]
+        return shlex.join(argv)
+
     def _record(self, *, attempt: int, run: SupervisedRun, diagnosis: Any, decision: Any,
                 steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
-                hang_timeout: float | None, calibrated: float | None) -> OutcomeRecord:
+                hang_timeout: float | None, calibrated: float | None,
+                evidence: Mapping[str, Any]) -> OutcomeRecord:
         action, reason = str(decision.action), str(decision.reason)
         if action == "retry" and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
@@ -206,7 +235,8 @@ class AttemptRunner:
             calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
             artifacts_dir=str(artifacts),
             extra={"leftover_processes_killed": run.leftover_processes_killed,
-                   "unscanned_lines": run.unscanned_lines},
+                   "unscanned_lines": run.unscanned_lines,
+                   "explain_command": self._explain_command(run, artifacts, evidence)},
         )
 
 

@@ -45,7 +45,8 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Seconds between the forwarded stop signal and SIGKILL.")
 @click.option("--hang-timeout", default=None, envvar="RESCHED_HANG_TIMEOUT",
               help="No progress (heartbeat, or output lines without heartbeats) for this "
-                   "long = hung; 'auto' calibrates like NVRx. Default: off.")
+                   "long = hung; 'auto' calibrates like NVRx (auto,initial=30m,later=5m,"
+                   "factor=5,min=30s,warmup=3). Default: off.")
 @click.option("--heartbeat-file", type=_PATH, default=None,
               help="File wrapper.heartbeat() touches (default: a private temp file).")
 @click.option("--checkpoint-dir", type=_PATH, default=None, envvar="RESCHED_CHECKPOINT_DIR",
