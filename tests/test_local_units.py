@@ -121,12 +121,22 @@ def test_plan_substitutes_tokens_everywhere() -> None:
 
 
 def test_groups_run_after_the_groups_they_take_inputs_from() -> None:
-    text = SPEC.replace("  - name: post", "  - name: aaa-post").replace("  groups:\n  - name: train", "  groups:\n  - name: train")
-    reordered = text.split("  - name: aaa-post")
-    spec_text = reordered[0].split("  groups:\n")[0] + "  groups:\n  - name: aaa-post" + reordered[1] + \
-        "  - name: train" + reordered[0].split("  - name: train", 1)[1]
-    plan = plan_of(spec_text)
-    assert [g.name for g in plan.groups] == ["train", "aaa-post"]
+    plan = plan_of("""
+workflow:
+  name: order
+  groups:
+  - name: evaluate
+    tasks:
+    - {name: eval, command: ["true"], inputs: [{task: train}]}
+  - name: training
+    tasks:
+    - {name: train, command: ["true"], inputs: [{task: prep}]}
+  - name: prepare
+    tasks:
+    - {name: prep, command: ["true"]}
+""")
+    assert [g.name for g in plan.groups] == ["prepare", "training", "evaluate"]
+    assert plan.groups[2].depends_on == ("training",)
 
 
 def test_unknown_input_token_is_a_clear_error() -> None:

@@ -87,7 +87,8 @@ class Progress:
             self.stream.flush()
 
     def refresh(self, rows: list[TaskRow]) -> None:
-        self._rows = rows
+        with self._lock:
+            self._rows = rows
         if self.mode != "tty" or time.monotonic() - self._last_draw < _REDRAW_S:
             return
         with self._lock:
@@ -96,8 +97,10 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """Remove the live block for good: what follows (the report) is plain lines."""
         with self._lock:
             self._erase()
+            self._rows = []
             self.stream.flush()
 
     def _erase(self) -> None:

@@ -37,9 +37,20 @@ def build_report(plan: LocalPlan, result: RunResult, events: Sequence[Event]) ->
         "metrics": metrics,
         "time_breakdown": time_breakdown(events, faults, metrics),
         "not_emulated": list(plan.not_emulated),
-        "events": [e.to_json() for e in events],
+        "events": _with_derived_events(events, faults),
         "summary": summary_line(result.status, metrics),
     }
+
+
+def _with_derived_events(events: Sequence[Event], faults: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The timeline plus, per fault, its ``first_new_step`` and ``caught_up`` moments."""
+    out = [e.to_json() for e in events]
+    for fault in faults:
+        for key, kind in (("t_first_new_step", "first_new_step"), ("t_caught_up", "caught_up")):
+            if fault.get(key) is not None:
+                out.append({"t": round(fault[key], 4), "kind": kind, "task": fault["task"],
+                            "fault": fault["spec"], "derived": True})
+    return sorted(out, key=lambda e: e["t"])
 
 
 def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str, Any]:
@@ -106,7 +117,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"{f['restored_step']}), decision {f.get('decision') or '?'}")
     for spec in report["chaos_not_fired"]:
         lines.append(f"fault {spec}: not injected (its task was not running at that time)")
-    breakdown = ", ".join(f"{k} {v:.1f}s" for k, v in report["time_breakdown"].items() if v is not None)
+    breakdown = ", ".join(f"{k} {v:.1f}s" for k, v in report["time_breakdown"].items() if v)
     lines.append(f"time: {duration_text(report['metrics']['wall_s'])} = {breakdown}")
     if report["final_checksum"]:
         lines.append(f"final checksum {report['final_checksum']}")

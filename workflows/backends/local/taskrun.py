@@ -24,6 +24,7 @@ from workflows.backends.local import proctree
 from workflows.backends.local.inject import EXIT_DIR_ENV
 from workflows.backends.local.plan import PlannedCheckpoint, PlannedTask
 from workflows.backends.local.timeline import Timeline, parse_line
+from workflows.errors import BackendError
 
 UPLOAD_ATTEMPTS = 5  # OSMO retries a failed checkpoint upload up to 5 times
 
@@ -177,7 +178,11 @@ def start_run(task: PlannedTask, retry_id: int, attempt: int, pod_dir: Path, ctx
         env[EXIT_DIR_ENV] = str(exit_dir)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ctx.hook_dir), env.get("PYTHONPATH")) if p)
     log_path = pod_dir / f"run-{attempt}.log"
-    popen = taskfs.run_in_task_view(argv, pod_dir, files, env, mode=ctx.view_mode, keep=ctx.keep)
+    try:
+        popen = taskfs.run_in_task_view(argv, pod_dir, files, env, mode=ctx.view_mode, keep=ctx.keep)
+    except OSError as error:
+        raise BackendError(f"task {task.name}: cannot start {argv[0]!r}: {error.strerror}",
+                           fix="install the command or fix the task's command:") from None
     run = TaskRun(task=task, retry_id=retry_id, attempt=attempt, pod_dir=pod_dir, popen=popen,
                   token=token, started_mono=time.monotonic(), outcome_file=outcome_file,
                   exit_dir=exit_dir, log_path=log_path)
