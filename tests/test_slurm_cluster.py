@@ -9,6 +9,7 @@ the second run starts from.
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 import time
@@ -227,3 +228,69 @@ def test_shipped_multi_node_template_recovers_under_slurm(
     # Both ranks hit the fault (Megatron's exit 16 ends every rank): whichever task's
     # wrapper ended first decided the group's requeue.
     assert f"excluded {first_node}" in status and f"run 0 on {first_node}: RESCHEDULE (" in status
+
+
+GROUP_SPEC = """\
+workflow:
+  name: pair
+  groups:
+  - name: g
+    ignoreNonleadStatus: {ignore}
+    tasks:
+    - name: lead
+      lead: true
+      command: ["bash", "-c", "sleep 4; echo lead done"]
+    - name: side
+      command: ["bash", "-c", "echo side fails; exit 7"]
+"""
+
+
+def test_group_semantics_follow_ignore_nonlead_status(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """A failing non-lead fails the group only when ignoreNonleadStatus is false (OSMO)."""
+    jobs = {}
+    for ignore in ("false", "true"):
+        (tmp_path / ignore).mkdir()
+        (tmp_path / ignore / "wf.yaml").write_text(GROUP_SPEC.format(ignore=ignore))
+        jobs[ignore] = submit(slurm_cluster, tmp_path / ignore / "wf.yaml", tasks_per_node=2)
+    strict = slurm_cluster.wait_for_state(jobs["false"], {"COMPLETED", "FAILED"})
+    lenient = slurm_cluster.wait_for_state(jobs["true"], {"COMPLETED", "FAILED"})
+    strict_log = batch_log(tmp_path / "false" / "wd", jobs["false"])
+    assert strict["JobState"] == "FAILED" and strict["ExitCode"] == "7:0", strict_log
+    assert "FAILED: task side exited 7" in strict_log and "stopping task lead" in strict_log
+    lenient_log = batch_log(tmp_path / "true" / "wd", jobs["true"])
+    assert lenient["JobState"] == "COMPLETED", lenient_log
+    assert (
+        "task side exited 7 -> FAIL" in lenient_log
+        and "COMPLETED: task lead exited 0" in lenient_log
+    )
+
+
+def test_status_and_logs_commands(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    workflow = write_workflow(tmp_path, env={"STEPS": "2", "STEP_TIME": "0"}, command="exit 3")
+    job_id = submit(slurm_cluster, workflow, max_retry_per_task=0)
+    slurm_cluster.wait_for_state(job_id, {"COMPLETED", "FAILED"})
+    status = slurm_cluster.run("resched", "status", job_id).stdout
+    assert f"job {job_id}: FAILED, restarts 0" in status
+    assert "run 0 on node" in status and "budget is spent (0/0)" in status
+    as_json = json.loads(slurm_cluster.run("resched", "status", job_id, "--json").stdout)
+    assert as_json["state"] == "FAILED" and as_json["allocations"][0]["result"] == "FAIL"
+    logs = slurm_cluster.run("resched", "logs", job_id).stdout
+    assert f"slurm-{job_id}.out <==" in logs and "allocation-0/tasks/master/task.log <==" in logs
+    missing = slurm_cluster.run("resched", "status", "999999", check=False)
+    assert (
+        missing.returncode != 0
+        and missing.stderr.count("\n") == 1
+        and "--workdir" in missing.stderr
+    )
+
+
+def test_cluster_script_is_idempotent(slurm_cluster: SlurmCluster) -> None:
+    before = slurm_cluster.run(str(REPO / "scripts" / "slurm-cluster"), "status").stdout
+    again = slurm_cluster.run(str(REPO / "scripts" / "slurm-cluster"), "up")
+    assert (
+        "already up" in again.stderr and f"export SLURM_CONF={slurm_cluster.conf}" in again.stdout
+    )
+    assert slurm_cluster.run(str(REPO / "scripts" / "slurm-cluster"), "status").stdout == before
+    assert "node1" in before and "node2" in before and "idle" in before

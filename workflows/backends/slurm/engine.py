@@ -175,14 +175,15 @@ if [ "$GRACE_RECEIVED" = 1 ]; then # a stop we asked for: no failure budget is s
     requeue_job
 fi
 if [ "$RESULT" = RESCHEDULE ]; then
-    SPENT=$(grep -c $'\tRESCHEDULE\t' "$ALLOCATIONS_LOG" 2>/dev/null || true)
-    if ((${SPENT:-0} < MAX_RETRY_PER_TASK)); then
+    SPENT=$(grep -c $'\tRESCHEDULE\t' "$ALLOCATIONS_LOG" 2>/dev/null || true) # failure requeues so far
+    SPENT=${SPENT:-0}
+    if ((SPENT < MAX_RETRY_PER_TASK)); then
         EXCLUDE=""
         if [ -f "$OUTCOME" ] && [ "$(helper field "$OUTCOME" exclude_node)" = true ]; then
             EXCLUDE=$(helper field "$OUTCOME" node)
         fi
-        record RESCHEDULE "$RESULT_TASK" "$RESULT_CODE" "exitActions RESCHEDULE (${SPENT:-0}+1/$MAX_RETRY_PER_TASK)"
-        say "REQUEUED: task $RESULT_TASK exited $RESULT_CODE (RESCHEDULE $((${SPENT:-0} + 1))/$MAX_RETRY_PER_TASK)"
+        record RESCHEDULE "$RESULT_TASK" "$RESULT_CODE" "exitActions RESCHEDULE ($((SPENT + 1))/$MAX_RETRY_PER_TASK)"
+        say "REQUEUED: task $RESULT_TASK exited $RESULT_CODE (RESCHEDULE $((SPENT + 1))/$MAX_RETRY_PER_TASK)"
         requeue_job "$EXCLUDE"
     fi
     REASON="task $RESULT_TASK exited $RESULT_CODE (RESCHEDULE) but the reschedule budget is spent ($SPENT/$MAX_RETRY_PER_TASK)"
