@@ -54,7 +54,7 @@ class Fault:
 
     def describe(self) -> str:
         code = f"={self.code}" if self.code is not None else ""
-        when = f"{self.at_s:g}s" if self.at_s is not None else f"{self.after_ckpt}ckpt"
+        when = f"{round(self.at_s, 1):g}s" if self.at_s is not None else f"{self.after_ckpt}ckpt"
         return f"{self.kind}:{self.task}{code}@{when}"
 
 

@@ -139,6 +139,7 @@ class LocalPlan(Request):
 def _describe_task(task: PlannedTask) -> list[str]:
     role = "lead" if task.lead else "task"
     lines = [f"  {role} {task.name}: {' '.join(task.argv)}"]
+    lines += [f"    env {key}={value}" for key, value in task.environment]
     lines += [f"    file {f.path} ({len(f.data)} bytes)" for f in task.files]
     lines += [f"    input {i.index}: {i.kind} {i.source} -> {i.dest}" for i in task.inputs]
     lines += [f"    output -> {o.url}" for o in task.outputs]
