@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflows.backends.slurm.tasks import TOKEN, env_suffix
+from workflows.backends.slurm.tokens import TOKEN, env_suffix
 from wrapper.errors import ReschedError
 
 
@@ -67,7 +67,7 @@ def stage(url: str, dest: Path) -> str:
 
 
 def upload(directory: Path, url: str) -> str:
-    import fsspec
+    import fsspec  # type: ignore[import-untyped]
 
     files = [p for p in directory.rglob("*") if p.is_file()]
     if not files:

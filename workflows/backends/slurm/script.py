@@ -213,9 +213,9 @@ def input_functions(tasks: tuple[Task, ...], where: str) -> list[str]:
             stage.append(
                 f"    stage_input {shlex.quote(task.name)} {index} {shlex.quote(item.url)} || return 1"
             )
-        for item in task.outputs:
+        for output in task.outputs:
             upload.append(
-                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(item.url)} || return 1'
+                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)} || return 1'
             )
     stage += ["    return 0", "}"]
     upload += ["    return 0", "}"]

@@ -21,17 +21,11 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from workflows.backends.slurm.tokens import TOKEN, env_suffix
 from workflows.errors import BackendError
 from workflows.spec import Group, Task, normalize_name
 
-# OSMO's protected runtime tokens (no spaces inside the braces).
-TOKEN = re.compile(r"\{\{(uuid|workflow_id|output|input:[^}]+|host:[^}]+)\}\}")
 PRIVATE_ROOT = "/tmp"  # the part of a task's filesystem that is its own (OSMO: the pod's)
-
-
-def env_suffix(task_name: str) -> str:
-    """``worker-1`` -> ``WORKER_1`` (OSMO treats ``-`` and ``_`` in names as equal)."""
-    return normalize_name(task_name).replace("-", "_").upper()
 
 
 def host_variable(task_name: str) -> str:
