@@ -173,10 +173,10 @@ class LineSink:
             else:
                 self._carry += chunk
             return
-        last_newline = chunk.rfind(b"\n")
+        # No tail bookkeeping: the burst's last BURST_KEEP_BYTES are scanned (and kept
+        # for the tail) when it ends, so a skipped chunk never reaches the tail.
         self._count_unscanned(complete)
-        self._keep_for_tail(self._carry + chunk[:last_newline], complete)
-        self._carry = chunk[last_newline + 1:]
+        self._carry = chunk[chunk.rfind(b"\n") + 1:]
 
     def _count_unscanned(self, lines: int) -> None:
         self._unfed_lines += lines
