@@ -105,17 +105,24 @@ trap forward_grace "$GRACE_SIGNAL"
 #   a non-lead COMPLETE     -> keep waiting for the lead
 RESULT="" RESULT_TASK="" RESULT_CODE=""
 while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
-    ended=""
-    wait -n -p ended "${!TASK_OF_PID[@]}"
-    code=$?
-    [ -z "${ended:-}" ] && continue # woken by the grace signal: keep waiting
-    task=${TASK_OF_PID[$ended]}
-    unset "TASK_OF_PID[$ended]"
-    action=$(exit_action "$task" "$code")
-    say "task $task exited $code -> $action"
-    if [ "$task" = "$LEAD" ] || [ "$action" = RESCHEDULE ] ||
-        { [ "$action" = FAIL ] && [ "$IGNORE_NONLEAD_STATUS" = false ]; }; then
-        RESULT=$action RESULT_TASK=$task RESULT_CODE=$code
+    running=" $(jobs -rp | tr '\n' ' ') " # (polling instead of `wait -n -p`: bash >= 4 is enough)
+    for pid in "${!TASK_OF_PID[@]}"; do
+        [[ $running == *" $pid "* ]] && continue
+        wait "$pid"
+        code=$?
+        task=${TASK_OF_PID[$pid]}
+        unset "TASK_OF_PID[$pid]"
+        action=$(exit_action "$task" "$code")
+        say "task $task exited $code -> $action"
+        if [ "$task" = "$LEAD" ] || [ "$action" = RESCHEDULE ] ||
+            { [ "$action" = FAIL ] && [ "$IGNORE_NONLEAD_STATUS" = false ]; }; then
+            RESULT=$action RESULT_TASK=$task RESULT_CODE=$code
+            break
+        fi
+    done
+    if [ -z "$RESULT" ]; then
+        sleep 0.5 &
+        wait $! # a short nap that the grace signal interrupts
     fi
 done
 
