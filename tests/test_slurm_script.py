@@ -252,3 +252,28 @@ def test_status_reads_the_job_files_without_scontrol(tmp_path: Path) -> None:
     if not status.scheduler:  # a real scontrol may know an unrelated job 77
         assert status.state == "COMPLETED" and status.restarts == 1
     assert any("decision complete" in line for line in status.lines())
+
+
+def test_cli_dry_run_prints_and_output_writes_the_same_request(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    template = str(REPO / "templates" / "multi-node-torchrun.yaml")
+    args = ["submit", "--backend", "slurm", template, "--set", "upload_location=s3://b/r"]
+    args += ["--workdir", "/shared/resched", "--tasks-per-node", "2", "--dry-run"]
+    result = CliRunner().invoke(main, [*args, "--output", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    expected = dry_run(
+        REPO / "templates" / "multi-node-torchrun.yaml",
+        ("upload_location=s3://b/r",),
+        workdir="/shared/resched",
+        tasks_per_node=2,
+    )
+    assert expected.materialize() in result.stdout
+    script = tmp_path / "out" / expected.jobs[0].script_name
+    assert script.read_text() == expected.script
+    refused = CliRunner().invoke(main, [*args, "--pool", "a100"])
+    assert (
+        refused.exit_code == 2 and "--pool is not an option of the slurm backend" in refused.stderr
+    )
