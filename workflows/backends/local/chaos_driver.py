@@ -21,9 +21,11 @@ class Fired:
 
 
 class ChaosDriver:
-    """Scripted faults fire at their time (or checkpoint count) once the target runs;
-    random faults follow an exponential clock and wait for training progress since the
-    previous fault, so each one hits a training that is actually running."""
+    """Scripted faults fire at their time (or checkpoint count) once the target runs.
+    Random faults come after exponential gaps (mean ``mtbf``) of training time: each gap
+    starts at the first training step after the previous fault (or the first step of
+    the run), so a fault hits a training that runs, and recovery time is not counted
+    as time between failures (as an MTBF is measured over uptime)."""
 
     def __init__(self, plan: ChaosPlan, task_names: Sequence[str], timeline: Timeline, *,
                  stop_grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -38,7 +40,8 @@ class ChaosDriver:
         self.last_fired_t = float("-inf")
         self._rng = random.Random(plan.random.seed) if plan.random else None
         self._random_count = 0
-        self._next_random = self._draw(0.0) if plan.random else None
+        self._next_random: Fault | None = None
+        self._awaiting_progress = plan.random is not None
         timeline.listen(self._on_event)
 
     def _on_event(self, event: Event) -> None:
@@ -71,11 +74,15 @@ class ChaosDriver:
             if self._due(fault, elapsed) and self._fire(fault, runs.get(fault.task)):
                 self.pending.remove(fault)
                 fired.append(self.fired[-1])
-        nxt = self._next_random
-        progressed = self.last_step_t > self.last_fired_t
-        if nxt is not None and self._due(nxt, elapsed) and progressed and self._fire(nxt, runs.get(nxt.task)):
-            self._random_count += 1
+        if self._awaiting_progress and self.last_step_t > self.last_fired_t:
+            # the clock to the next random fault runs while training runs: it starts
+            # at the first training step after the previous fault
+            self._awaiting_progress = False
             self._next_random = self._draw(elapsed)
+        nxt = self._next_random
+        if nxt is not None and self._due(nxt, elapsed) and self._fire(nxt, runs.get(nxt.task)):
+            self._random_count += 1
+            self._next_random, self._awaiting_progress = None, True
             fired.append(self.fired[-1])
         return fired
 
