@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import IO
 
 CHUNK = 8 << 20
 RACY_WINDOW_NS = 50_000_000
-_hasher_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="resched-hash")
+_hasher_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="resched-hash")
 
 
 def cache_dir() -> Path:
@@ -79,7 +80,8 @@ class HashCache:
             return
         try:
             self._file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._file.with_name(f"{self._file.name}.tmp-{os.getpid()}")
+            unique = f"{os.getpid()}-{threading.get_ident()}"
+            tmp = self._file.with_name(f"{self._file.name}.tmp-{unique}")
             tmp.write_text(json.dumps(self._entries))
             os.replace(tmp, self._file)
             self._dirty = False

@@ -115,9 +115,10 @@ class _Uploads:
         self._last_refresh = time.monotonic()
 
     def run(self, files: tuple[LocalFile, ...]) -> tuple[FileEntry, ...]:
-        if self.store.is_local:
-            return tuple(self._one(f) for f in files)
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="resched-put") as pool:
+        # Local: two files at a time (each is a kernel copy plus a hashing thread);
+        # object stores: four uploads in flight.
+        workers = 2 if self.store.is_local else 4
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put") as pool:
             return tuple(pool.map(self._one, files))
 
     def _one(self, file: LocalFile) -> FileEntry:
@@ -139,8 +140,9 @@ class _Uploads:
                 lambda sha, n: self.trusted.get(sha) == n or sha in self.sent, self.progress)
             written = blob is not None
             if blob is not None:
-                self.written.append(blob)
-                self.sent.append(sha)
+                with self._count_lock:
+                    self.written.append(blob)
+                    self.sent.append(sha)
         else:
             sha = sha or hash_file(file.path)
             with self._count_lock:  # two files with one content: one upload

@@ -91,7 +91,7 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
         def fetch(index: int) -> None:
             _fetch_one(store, manifest.files[index], staged[index][0], progress)
 
-        workers = 1 if store.is_local else 4
+        workers = 2 if store.is_local else 4
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
             list(pool.map(fetch, sorted(first.values())))
         for index, entry in enumerate(manifest.files):  # same content again: copy, verified

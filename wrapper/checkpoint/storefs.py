@@ -106,9 +106,6 @@ class StoreFS:
     def put_file(self, source: Path, relkey: str) -> None:
         """Upload ``source`` to ``relkey`` (one PUT / multipart on object stores)."""
         def put() -> None:
-            parent = self.key(relkey).rsplit("/", 1)[0]
-            if parent:
-                self.fs.makedirs(parent, exist_ok=True)
             self.fs.put_file(str(source), self.key(relkey))
         self.retry.call(put, what=f"upload {source} to {self.key(relkey)}")
 
