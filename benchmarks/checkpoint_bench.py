@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from wrapper.checkpoint import CheckpointStore, mark_complete
+from wrapper.checkpoint.hashing import hash_file
 
 
 def interleaved(cases: dict[str, tuple[Callable[[], object], Callable[[], object]]],
@@ -83,6 +84,7 @@ def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, floa
     t = interleaved({
         "cp": (fresh(copy_dir), cp),
         "cp_sync": (fresh(copy_dir), lambda: (cp(), os.sync())),
+        "sha256": (nothing, lambda: [hash_file(p) for p in sorted(src.iterdir())]),
         "publish": (fresh(store_dir), full_publish),
         "republish": (nothing, lambda: cached.publish(src)),
         "republish_nocache": (nothing, lambda: CheckpointStore(
@@ -95,6 +97,8 @@ def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, floa
     print(f"file:// ({mb:.0f} MB)")
     print(f"  cp -r                      {t['cp']:7.2f} s  {mb / t['cp']:7.0f} MB/s")
     print(f"  cp -r + sync               {t['cp_sync']:7.2f} s  {mb / t['cp_sync']:7.0f} MB/s")
+    print(f"  sha256 of every file       {t['sha256']:7.2f} s  {mb / t['sha256']:7.0f} MB/s"
+          "  (the CPU floor of any verified copy)")
     print(f"  publish (hash+copy+fsync)  {t['publish']:7.2f} s  {mb / t['publish']:7.0f} MB/s")
     print(f"  re-publish unchanged       {t['republish']:7.3f} s  (hash cache hit)")
     print(f"  re-publish, no hash cache  {t['republish_nocache']:7.2f} s  (every file re-hashed)")
@@ -102,6 +106,7 @@ def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, floa
     return {"publish_vs_cp": t["cp"] / t["publish"], "publish_vs_cp_sync": t["cp_sync"] / t["publish"],
             "republish_share": t["republish"] / t["publish"],
             "republish_nocache_share": t["republish_nocache"] / t["publish"],
+            "publish_vs_sha256": t["sha256"] / t["publish"],
             "restore_vs_cp": t["cp"] / t["restore"], "restore_vs_cp_sync": t["cp_sync"] / t["restore"]}
 
 
