@@ -5,9 +5,9 @@ touches that file (its mtime is the signal) and the wrapper's hang detector watc
 the mtime. Without the variable (training run outside the wrapper) it does nothing.
 
 It is called every training step, so it must cost next to nothing: it imports only
-``os`` and ``time`` and touches the file at most once per ``min_interval_s`` (0.1 s by
-default; ``RESCHED_HEARTBEAT_MIN_INTERVAL`` overrides), which keeps the cost to one
-clock read per call while the hang detector still sees progress well within its poll.
+``os`` and ``time`` and touches the file at most once per 0.1 s
+(``RESCHED_HEARTBEAT_MIN_INTERVAL`` overrides), which keeps the cost to one clock read
+per call while the hang detector still sees progress well within its poll.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ HEARTBEAT_ENV = "RESCHED_HEARTBEAT_FILE"
 MIN_INTERVAL_ENV = "RESCHED_HEARTBEAT_MIN_INTERVAL"
 _DEFAULT_MIN_INTERVAL_S = 0.1
 
-# The last touch: which file, when (monotonic), and the interval read at that time
-# (read from the environment only when touching, to keep the common path to one clock read).
-_last_path = ""
+# When the environment was last looked at (monotonic), and the interval read then. The
+# common path is one clock read and a comparison: the environment is read, and the file
+# touched, at most once per interval.
 _last_touch_s = float("-inf")
 _interval_s = _DEFAULT_MIN_INTERVAL_S
 
@@ -35,12 +35,13 @@ def _min_interval_s() -> float:
 
 def heartbeat() -> None:
     """Record progress for the wrapper's hang detector (no-op outside ``resched wrap``)."""
-    global _last_path, _last_touch_s, _interval_s
+    global _last_touch_s, _interval_s
+    now = time.monotonic()
+    if now - _last_touch_s < _interval_s:
+        return
+    _last_touch_s, _interval_s = now, _min_interval_s()
     path = os.environ.get(HEARTBEAT_ENV)
     if not path:
-        return
-    now = time.monotonic()
-    if now - _last_touch_s < _interval_s and path == _last_path:
         return
     try:
         os.utime(path, None)
@@ -52,4 +53,3 @@ def heartbeat() -> None:
             return  # a heartbeat must never break training
     except OSError:
         return
-    _last_path, _last_touch_s, _interval_s = path, now, _min_interval_s()
