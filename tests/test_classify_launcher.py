@@ -161,3 +161,15 @@ def test_real_torchrun_error_file_names_the_python_error(tmp_path: Path) -> None
     with_log = classify_artifacts(logs=[log], error_files=error_files, exit_code=code, signal=None, rules=RULES)
     assert with_log.root_cause_rank == 1 and with_log.rank_exit_codes[1] == 1
     assert any("ValueError: bad config" in e.text for e in with_log.evidence)
+
+
+def test_launcher_own_error_file_has_no_rank_and_does_not_merge_with_rank_0(tmp_path: Path) -> None:
+    own = tmp_path / "error.json"
+    own.write_text(json.dumps({"message": {"message": "KeyError: 'x'", "extraInfo": {"timestamp": "10"}}, "errorCode": 1}))
+    rank0 = tmp_path / "logs" / "attempt_0" / "0" / "error.json"
+    rank0.parent.mkdir(parents=True)
+    rank0.write_text(json.dumps({"message": {"message": "RuntimeError: other", "extraInfo": {"timestamp": "12"}}}))
+    report = recover(error_files=[own, rank0])
+    assert len(report.failures) == 2
+    assert report.rank_exit_codes == {}  # rank 0's file holds no code; the launcher's names no rank
+    assert report.root_cause is not None and report.root_cause.exception_type == "KeyError"

@@ -162,3 +162,12 @@ def test_host_oom_retry_once_then_abort() -> None:
     assert run("host-oom-kill").action == "retry"
     assert run("host-oom-kill", history_of(failure("host-oom-kill", "retry", step=50)), step=100).action == "retry"
     assert run("host-oom-kill", history_of(failure("host-oom-kill", "retry"))).action == "abort"
+
+
+def test_in_job_restarts_reported_by_the_caller_count_against_retries() -> None:
+    # ft_launcher restarted the workers twice inside this attempt: not in the history
+    d = run("megatron-rerun-17-transient", EMPTY, node="x", retries=2)
+    assert (d.action, d.retries_left) == ("retry", 0)
+    history = history_of(failure("megatron-rerun-17-transient", "retry", node="y", step=100))
+    assert run("megatron-rerun-17-transient", history, node="x", step=200, retries=1).retries_left == 2
+    assert run("megatron-rerun-17-transient", history, node="x", step=200, retries=3).retries_left == 0

@@ -255,8 +255,13 @@ def parse_failure_summary(lines: Sequence[str], source: str = "log", first_linen
 
 def _note_traceback_line(entry: dict[str, Any], line: str) -> None:
     text = line.strip()
+    if text.startswith("Traceback"):  # a (chained) traceback starts: its exception counts
+        entry.pop("exception", None)
+        return
+    if "exception" in entry:  # lines after the exception line continue its message
+        return
     exc_type, msg = split_exception(text)
-    if exc_type and not text.startswith("Traceback"):
+    if exc_type:
         entry["exception"] = (exc_type, msg)
 
 
@@ -308,10 +313,15 @@ def parse_tracker_line(line: str) -> dict[str, str]:
 
 def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
     """One entry per rank: summary entries enriched by their error files."""
-    by_key: dict[tuple[str, int], RankFailure] = {}
-    order: list[tuple[str, int]] = []
+    by_key: dict[tuple[str, Any], RankFailure] = {}
+    order: list[tuple[str, Any]] = []
     for failure in failures:
-        key = ("rank", failure.rank) if failure.rank is not None else ("local", failure.local_rank or 0)
+        if failure.rank is not None:
+            key: tuple[str, Any] = ("rank", failure.rank)
+        elif failure.local_rank is not None:
+            key = ("local", failure.local_rank)
+        else:  # e.g. the launcher's own error file: it names no rank
+            key = ("file", failure.error_file or failure.source)
         if failure.rank is None:
             # an agent line names only the local rank: attach it to a known rank if one matches
             for known_key, known in by_key.items():
@@ -323,12 +333,14 @@ def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
             by_key[key] = failure
             order.append(key)
             continue
+        from_file = failure.error_file is not None and failure.source == failure.error_file
         by_key[key] = replace(
             known,
             exit_code=known.exit_code if known.exit_code is not None else failure.exit_code,
             timestamp=known.timestamp if known.timestamp is not None else failure.timestamp,
-            exception_type=known.exception_type or failure.exception_type,
-            message=known.message or failure.message,
+            # the error file is what @record wrote: its exception beats the summary's excerpt
+            exception_type=(failure.exception_type if from_file else None) or known.exception_type or failure.exception_type,
+            message=(failure.message if from_file and failure.exception_type else "") or known.message or failure.message,
             error_file=known.error_file or failure.error_file,
             marked_root_cause=known.marked_root_cause or failure.marked_root_cause,
         )

@@ -62,11 +62,20 @@ class _Counts:
 def _counts(history: History, budgets: Budgets, allocation: str, step: int | None,
             retries_used_in_allocation: int) -> _Counts:
     failures = [a for a in history.attempts if is_failure(a)]
+
+    def retries_in(attempts: list[Mapping[str, Any]]) -> int:
+        return sum(1 for a in attempts if a.get("allocation") == allocation and a.get("decision") == "retry")
+
+    recorded = retries_in(failures)
     if budgets.reset_on_progress and step is not None:
         failures = [a for a in failures if (attempt_step(a) if attempt_step(a) is not None else -1) >= step]
-    retries = sum(1 for a in failures if a.get("allocation") == allocation and a.get("decision") == "retry")
-    if not budgets.reset_on_progress:
-        retries = max(retries, retries_used_in_allocation)
+    # the caller's count may include restarts the history does not hold (ft_launcher's
+    # in-job restarts): they count too, but only the recorded ones can be reset
+    unrecorded = max(0, retries_used_in_allocation - recorded)
+    if budgets.reset_on_progress:
+        retries = retries_in(failures) + unrecorded
+    else:
+        retries = max(recorded, retries_used_in_allocation)
     reschedules = sum(1 for a in failures if a.get("decision") == "reschedule")
     return _Counts(window=tuple(failures), retries_used=retries, reschedules_used=reschedules)
 
