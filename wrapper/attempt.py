@@ -65,25 +65,12 @@ class AttemptRunner:
             "attempt": attempt, "node": config.node, "allocation": config.allocation,
             "checkpoint_step": step_before, "command": list(config.command),
         })
-        restarts = [0]
-        scanner = self.judge.new_scanner()
-
-        feed_block = getattr(scanner, "feed_text", None)  # same result, prefilter in C
-
-        def feed_text(text: str, stream: str) -> None:
-            if feed_block is not None:
-                feed_block(text, stream)
-            else:
-                for line in text.split("\n"):
-                    scanner.feed(line, stream)
-            if "attempts left" in text:  # the launcher's in-place restarts: part of this attempt
-                restarts[0] += len(IN_JOB_RESTART.findall(text))
-
+        feed = _ScanFeed(self.judge.new_scanner())
         supervisor = Supervisor(
             config.command, env=self._attempt_env(attempt, artifacts),
             options=SuperviseOptions(grace_s=config.grace_s, hang=hang,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
-            feed_text=feed_text, relay=self.relay, clock=self.clock,
+            feed_text=feed, relay=self.relay, clock=self.clock,
             on_hang=lambda silent, timeout: emit_event("failure_detected", {
                 "attempt": attempt, "kind": "hang", "silent_s": round(silent, 3),
                 "timeout_s": timeout}),
@@ -91,16 +78,16 @@ class AttemptRunner:
         run = supervisor.run()
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
-        evidence = self._evidence(run, artifacts, scanner)
+        evidence = self._evidence(run, artifacts, feed.scanner)
         diagnosis = self.judge.classify(evidence)
         step_after = self._checkpoint_step()
         decision = self.judge.decide(
             diagnosis, history, node=config.node, allocation=config.allocation,
-            step=step_after, retries_used_in_allocation=retries_used + restarts[0])
+            step=step_after, retries_used_in_allocation=retries_used + feed.in_job_restarts)
         detector = supervisor.hang_detector
         record = self._record(
             attempt=attempt, run=run, diagnosis=diagnosis, decision=decision,
-            steps=(step_before, step_after), restarts=restarts[0], artifacts=artifacts,
+            steps=(step_before, step_after), restarts=feed.in_job_restarts, artifacts=artifacts,
             hang_timeout=detector.timeout_s() if detector else None,
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
             evidence=evidence,
@@ -108,17 +95,21 @@ class AttemptRunner:
         data = record.to_dict()
         write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
         history = self.judge.record(data)
+        self._announce(record, rule_decision=str(diagnosis.decision))
+        return data, history
+
+    def _announce(self, record: OutcomeRecord, *, rule_decision: str) -> None:
+        """The two human lines and the timeline event of a decision."""
         say(describe_ending(record))
-        say(describe_decision(record, rule_decision=str(diagnosis.decision),
-                              max_retries=config.max_retries,
-                              max_reschedules=config.max_reschedules))
+        say(describe_decision(record, rule_decision=rule_decision,
+                              max_retries=self.config.max_retries,
+                              max_reschedules=self.config.max_reschedules))
         emit_event("decision", {
-            "attempt": attempt, "decision": record.decision, "rule": record.rule,
+            "attempt": record.attempt, "decision": record.decision, "rule": record.rule,
             "category": record.category, "reason": record.reason,
             "exclude_node": record.exclude_node, "backoff_s": record.backoff_s,
             "retries_left": record.retries_left, "reschedules_left": record.reschedules_left,
         })
-        return data, history
 
     def _checkpoint_step(self) -> int | None:
         if self.config.checkpoint_dir is None:
@@ -238,6 +229,24 @@ class AttemptRunner:
                    "unscanned_lines": run.unscanned_lines,
                    "explain_command": self._explain_command(run, artifacts, evidence)},
         )
+
+
+class _ScanFeed:
+    """Feeds blocks of lines to the scanner and counts the launcher's in-job restarts."""
+
+    def __init__(self, scanner: Any) -> None:
+        self.scanner = scanner
+        self.in_job_restarts = 0  # part of this attempt, not attempts of their own
+        self._feed_text = getattr(scanner, "feed_text", None)  # same result, prefilter in C
+
+    def __call__(self, text: str, stream: str) -> None:
+        if self._feed_text is not None:
+            self._feed_text(text, stream)
+        else:
+            for line in text.split("\n"):
+                self.scanner.feed(line, stream)
+        if "attempts left" in text:
+            self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
 
 
 def _evidence_line(line: Any) -> dict[str, Any]:
