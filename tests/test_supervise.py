@@ -213,14 +213,17 @@ def test_stop_signal_lets_a_cooperative_child_finish_within_grace(tmp_path: Path
         "def on_term(signum, frame):\n"
         "    print('saving checkpoint', flush=True); time.sleep(0.3); sys.exit(0)\n"
         "signal.signal(signal.SIGUSR1, on_term)\n"
-        "print('ready', flush=True)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').write('ready')\n"
         "time.sleep(600)\n"
     )
     relay = SignalRelay()
     relay.install()
     try:
-        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGUSR1))
-        timer.start()
+        def stop_once_ready() -> None:
+            wait_for_file(tmp_path / "ready")
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+        threading.Thread(target=stop_once_ready, daemon=True).start()
         run, collected, _ = supervise([PYTHON, "-c", program], tmp_path, grace_s=10.0,
                                       relay=relay)
     finally:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.supervise_fixtures import child_env
+from tests.supervise_fixtures import child_env, wait_for_file
 from wrapper.wrap import INTERNAL_ERROR_EXIT, WrapConfig, WrapConfigError, run_wrap
 
 
@@ -186,9 +186,15 @@ def test_stop_signal_during_backoff_leaves_with_the_reschedule_code(tmp_path: Pa
 
 def test_a_retry_decision_under_a_stop_signal_becomes_reschedule(tmp_path: Path) -> None:
     judge = ScriptedJudge(["retry"])
-    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    code = run_wrap(config(tmp_path, ["sleep", "30"]), judge=judge, environ=child_env(),
-                    sleep=lambda s: False)
+    started = tmp_path / "started"
+
+    def preempt_once_running() -> None:
+        wait_for_file(started)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=preempt_once_running, daemon=True).start()
+    code = run_wrap(config(tmp_path, ["sh", "-c", f"echo up > {started}; sleep 30"]),
+                    judge=judge, environ=child_env(), sleep=lambda s: False)
     assert code == 3
     assert judge.evidence[0]["stop_signal"] == "SIGTERM"
     assert judge.evidence[0]["signal"] == signal.SIGTERM
