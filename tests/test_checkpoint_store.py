@@ -280,3 +280,16 @@ def test_duplicate_contents_upload_and_download_once(url: str, tmp_path: Path) -
     assert store.publish(src).uploaded_files == 2  # one blob for the three files + marker
     store.restore(tmp_path / "out")
     assert read_tree(tmp_path / "out") == read_tree(src)
+
+
+def test_damaged_latest_manifest_is_replaced_by_the_next_publish(url: str, tmp_path: Path
+                                                                  ) -> None:
+    store = CheckpointStore(url)
+    src = _tree(tmp_path / "src", 1, {"w": b"one"})
+    store.publish(src)
+    store.publish(_tree(src, 2, {"w": b"two"}))
+    _raw(url).write_bytes(_manifest_key(url, 0), b"garbage")
+    again = store.publish(src)  # same content as the damaged latest: must commit anew
+    assert again.changed and again.step == 2
+    assert store.verify().ok
+    assert store.restore(tmp_path / "out").step == 2  # type: ignore[union-attr]

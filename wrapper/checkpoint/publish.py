@@ -75,7 +75,9 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
             raise
         manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
                             producer(), entries)
-        previous = state.manifests[0] if state.manifests else None
+        latest = state.pointer.latest
+        previous = next((m for m in state.manifests[:1]
+                         if latest and m.checkpoint_id == latest.checkpoint_id), None)
         changed = previous is None or not previous.same_content(manifest)
         if changed:
             raw = manifest.to_bytes()
