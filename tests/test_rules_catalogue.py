@@ -18,20 +18,22 @@ from wrapper.classify import classify_artifacts
 from wrapper.rules import load_rules
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+REAL = FIXTURES / "real"
 CASES: list[dict[str, Any]] = yaml.safe_load((FIXTURES / "cases.yaml").read_text())["cases"]
+REAL_CASES: list[dict[str, Any]] = yaml.safe_load((REAL / "cases.yaml").read_text())["cases"]
 RULES = load_rules()
 
 
-def run_case(case: dict[str, Any]):
+def run_case(case: dict[str, Any], base: Path = FIXTURES):
     expect_finished = case.get("expect_finished")
     launcher = case.get("launcher")
     return classify_artifacts(
-        logs=[FIXTURES / p for p in case["logs"]],
-        error_files=[FIXTURES / p for p in case.get("error_files", [])],
+        logs=[base / p for p in case["logs"]],
+        error_files=[base / p for p in case.get("error_files", [])],
         exit_code=case.get("exit_code"),
         signal=case.get("signal"),
         rules=RULES,
-        tracker_file=FIXTURES / case["tracker"] if case.get("tracker") else None,
+        tracker_file=base / case["tracker"] if case.get("tracker") else None,
         hung=bool(case.get("hung")),
         stop_signal=case.get("stop_requested"),
         expect_finished=expect_finished is not None,
@@ -40,9 +42,13 @@ def run_case(case: dict[str, Any]):
     )
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_fixture_diagnosis(case: dict[str, Any]) -> None:
-    diagnosis = run_case(case)
+@pytest.mark.parametrize(
+    ("case", "base"),
+    [(c, FIXTURES) for c in CASES] + [(c, REAL) for c in REAL_CASES],
+    ids=[c["name"] for c in CASES] + [f"real-{c['name']}" for c in REAL_CASES],
+)
+def test_fixture_diagnosis(case: dict[str, Any], base: Path) -> None:
+    diagnosis = run_case(case, base)
     expect = case["expect"]
     assert (diagnosis.rule_id, diagnosis.decision) == (expect["rule"], expect["decision"]), diagnosis.to_json()
     assert diagnosis.rule_id not in case.get("negative_for", [])
