@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from wrapper.classify import Diagnosis
 from wrapper.history import History, _with_outcome
@@ -171,3 +173,30 @@ def test_in_job_restarts_reported_by_the_caller_count_against_retries() -> None:
     history = history_of(failure("megatron-rerun-17-transient", "retry", node="y", step=100))
     assert run("megatron-rerun-17-transient", history, node="x", step=200, retries=1).retries_left == 2
     assert run("megatron-rerun-17-transient", history, node="x", step=200, retries=3).retries_left == 0
+
+
+_FAILURE_RULES = sorted(r.id for r in RULES.rules if r.counts_as_failure and r.decision != "complete")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(_FAILURE_RULES), min_size=1, max_size=60),
+       st.integers(min_value=0, max_value=4), st.integers(min_value=0, max_value=3), st.booleans())
+def test_without_progress_every_failure_sequence_ends_in_abort(rules: list[str], max_retries: int,
+                                                                max_reschedules: int, same_node: bool) -> None:
+    """Retries that never stop are impossible: without checkpoint progress, the number of
+    retry + reschedule decisions is bounded by the budgets, whatever fails."""
+    budgets = Budgets(max_retries=max_retries, max_reschedules=max_reschedules)
+    attempts: list[dict[str, Any]] = []
+    allocation, non_abort = 0, 0
+    for i in range(200):
+        node = "n0" if same_node else f"n{allocation}"
+        d = run(rules[i % len(rules)], history_of(*attempts), budgets, node=node, allocation=f"a{allocation}")
+        assert d.retries_left >= 0 and d.reschedules_left >= 0 and d.reason
+        if d.action == "abort":
+            break
+        non_abort += 1
+        attempts.append(failure(rules[i % len(rules)], d.action, node=node, allocation=f"a{allocation}"))
+        allocation += d.action == "reschedule"
+    else:
+        raise AssertionError("never aborted")
+    assert non_abort <= (max_retries + 1) * (max_reschedules + 1)

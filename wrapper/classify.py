@@ -114,7 +114,8 @@ def _status_sets(pairs: Iterable[tuple[int | None, int | None]]) -> tuple[frozen
     signals: set[int] = set()
     for code, sig in pairs:
         if code is not None and code < 0:  # torchelastic reports a signal as -N
-            code, sig = None, -code
+            sig = -code
+            code = None
         if code is not None:
             codes.add(code)
             if 128 < code < 160:

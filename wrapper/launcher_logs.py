@@ -324,8 +324,8 @@ def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
             key = ("file", failure.error_file or failure.source)
         if failure.rank is None:
             # an agent line names only the local rank: attach it to a known rank if one matches
-            for known_key, known in by_key.items():
-                if known.local_rank == failure.local_rank and known_key[0] == "rank":
+            for known_key, candidate in by_key.items():
+                if candidate.local_rank == failure.local_rank and known_key[0] == "rank":
                     key = known_key
                     break
         known = by_key.get(key)
@@ -387,7 +387,7 @@ def recover(
     summary_by_file = {f.error_file: f for f in from_summary if f.error_file}
     enriched = []
     for failure in from_files:
-        entry = summary_by_file.get(failure.error_file)
+        entry = summary_by_file.get(failure.error_file) if failure.error_file else None
         enriched.append(replace(failure, rank=entry.rank) if entry is not None and entry.rank is not None else failure)
     failures = _merge(from_summary + enriched)
     events = tuple(parse_tracker(tracker_file)) if tracker_file is not None else ()

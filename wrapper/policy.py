@@ -68,7 +68,7 @@ def _counts(history: History, budgets: Budgets, allocation: str, step: int | Non
 
     recorded = retries_in(failures)
     if budgets.reset_on_progress and step is not None:
-        failures = [a for a in failures if (attempt_step(a) if attempt_step(a) is not None else -1) >= step]
+        failures = [a for a in failures if _step_or_minus_one(a) >= step]
     # the caller's count may include restarts the history does not hold (ft_launcher's
     # in-job restarts): they count too, but only the recorded ones can be reset
     unrecorded = max(0, retries_used_in_allocation - recorded)
@@ -78,6 +78,11 @@ def _counts(history: History, budgets: Budgets, allocation: str, step: int | Non
         retries = max(recorded, retries_used_in_allocation)
     reschedules = sum(1 for a in failures if a.get("decision") == "reschedule")
     return _Counts(window=tuple(failures), retries_used=retries, reschedules_used=reschedules)
+
+
+def _step_or_minus_one(attempt: Mapping[str, Any]) -> int:
+    step = attempt_step(attempt)
+    return -1 if step is None else step
 
 
 def _summary(diagnosis: Diagnosis) -> str:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 try:  # Python >= 3.11
-    from re import _constants as sre_c
-    from re import _parser as sre_parse
+    from re import _constants as sre_c  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as sre_c  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
@@ -43,26 +44,26 @@ def _best(current: tuple[Literal, ...] | None, candidate: tuple[Literal, ...] | 
     return candidate if score(candidate) > score(current) else current
 
 
-def _literals(items: Iterable[tuple[object, object]], ignore_case: bool) -> tuple[Literal, ...] | None:
+def _literals(items: Iterable[tuple[Any, Any]], ignore_case: bool) -> tuple[Literal, ...] | None:
     """Literal alternatives of which one must occur wherever ``items`` matches."""
     best: tuple[Literal, ...] | None = None
     run: list[str] = []
     for op, value in items:
         if op is sre_c.LITERAL:
-            run.append(chr(value))  # type: ignore[arg-type]
+            run.append(chr(value))
             continue
         if run:
             best = _best(best, (("".join(run), ignore_case),))
             run = []
         if op is sre_c.SUBPATTERN:
-            _group, add_flags, _del_flags, body = value  # type: ignore[misc]
+            _group, add_flags, _del_flags, body = value
             best = _best(best, _literals(body, ignore_case or bool(add_flags & sre_c.SRE_FLAG_IGNORECASE)))
         elif op is sre_c.BRANCH:
-            branches = [_literals(branch, ignore_case) for branch in value[1]]  # type: ignore[index]
+            branches = [_literals(branch, ignore_case) for branch in value[1]]
             if all(branches):
                 best = _best(best, tuple(lit for branch in branches for lit in branch or ()))
         elif op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
-            minimum, _maximum, body = value  # type: ignore[misc]
+            minimum, _maximum, body = value
             if minimum >= 1:
                 best = _best(best, _literals(body, ignore_case))
     if run:
