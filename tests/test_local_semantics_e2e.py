@@ -352,3 +352,28 @@ def test_submit_backend_local_runs_the_same_backend(tmp_path: Path) -> None:
     assert done.stdout.startswith("COMPLETED in ")
     assert (tmp_path / "w/tasks/t/output/x").read_text() == "hi\n"
     assert (tmp_path / "r.json").exists()
+
+
+def test_hang_without_a_wrapper_is_caught_by_exec_timeout_and_term_preempts(tmp_path: Path) -> None:
+    hung = write_workflow(tmp_path, """
+        workflow:
+          name: hung
+          timeout: {exec_timeout: 4s}
+          tasks:
+          - {name: job, command: ["sh", "-c", "sleep 100"]}
+    """, name="hung.yaml")
+    run = run_local(hung, "--chaos", "hang:job@1s", workdir=tmp_path / "w1")
+    assert run.returncode == 1 and "exec_timeout 4s exceeded" in run.report["reason"]
+    assert run.events("fault_injected")[0]["detail"].startswith("SIGSTOP")
+    assert not processes_with_env(str(tmp_path / "w1"))  # a stopped process is still stopped for good
+    preempted = write_workflow(tmp_path, """
+        workflow:
+          name: preempted
+          tasks:
+          - name: job
+            command: ["sh", "-c", "if [ -e {{output}}/x ]; then exit 0; fi; touch {{output}}/x; sleep 100"]
+            exitActions: {RESCHEDULE: 143}
+    """, name="pre.yaml")
+    run = run_local(preempted, "--chaos", "term:job@1s", workdir=tmp_path / "w2")
+    assert run.returncode == 0, run.stderr
+    assert [(a["exit_code"], a["action"]) for a in run.attempts("job")] == [(143, "RESCHEDULE"), (0, "COMPLETE")]

@@ -260,11 +260,18 @@ class Executor:
             self.timeline.add("outputs_uploaded", state.task.name, files=len(written))
 
     def _stop_all(self, why: str) -> None:
+        """Stop every run (a second Ctrl-C skips the grace: SIGKILL at once)."""
+        grace = self.options.stop_grace_s
         for state in self.states.values():
-            if state.run is not None:
-                state.run.stop(self.options.stop_grace_s)
-                self._finish(state, "CANCELED" if state.status == "RUNNING" else state.status,
-                             action="", note=why, stopped=True)
+            if state.run is None:
+                continue
+            try:
+                state.run.stop(grace)
+            except (KeyboardInterrupt, Interrupted):
+                grace = 0.0
+                state.run.stop(grace)
+            self._finish(state, "CANCELED" if state.status == "RUNNING" else state.status,
+                         action="", note=why, stopped=True)
 
     def _row(self, state: TaskState) -> TaskRow:
         return TaskRow(state.task.name, state.status, state.attempts, state.retry_id)
