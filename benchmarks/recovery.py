@@ -77,7 +77,8 @@ def parse_args() -> BenchConfig:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--kinds", default="kill", help="'+'-joined: kill, hang, term")
     parser.add_argument("--step-time", type=float, default=0.05)
-    parser.add_argument("--checkpoint-every", type=int, default=20)
+    parser.add_argument("--checkpoint-every", type=int, default=50,
+                        help="steps; near Young's tau* for the defaults on a 2-core CPU box")
     parser.add_argument("--checkpoint-cadence", default="30s", help="the task's upload timer")
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="work dir (default: a temp dir)")
@@ -253,6 +254,12 @@ def p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(0.95 * len(ordered) + 0.5) - 1))]
 
 
+def median_gap(faults: list[dict[str, Any]], start: str, end: str) -> float | None:
+    gaps = [f[end] - f[start] for f in faults
+            if f.get(start) is not None and f.get(end) is not None]
+    return round(statistics.median(gaps), 3) if gaps else None
+
+
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     faults, metrics = result["faults"], result["metrics"]
     detect = [f["detection_s"] for f in faults if f.get("detection_s") is not None]
@@ -268,10 +275,16 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         "detection_p95_s": p95(detect) if detect else None,
         "resume_median_s": statistics.median(resume) if resume else None,
         "resume_p95_s": p95(resume) if resume else None,
+        # where the resume time goes: decision -> new attempt (backoff, new pod) and
+        # new attempt -> checkpoint restored (launcher + import torch + load)
+        "relaunch_median_s": median_gap(faults, "t_decision", "t_restart"),
+        "start_and_load_median_s": median_gap(faults, "t_restart", "t_restored"),
         "lost_steps_per_fault": statistics.fmean(lost) if lost else None,
         "wall_s": metrics.get("wall_s"), "step_s": metrics.get("step_s"),
         "checkpoint_cost_s": metrics.get("checkpoint_cost_s"),
         "ettr": ettr, "ettr_bound": bound,
+        "young_tau_opt_steps": round(metrics["tau_opt_s"] / metrics["step_s"])
+        if metrics.get("tau_opt_s") and metrics.get("step_s") else None,
         "ettr_over_bound": round(ettr / bound, 3) if ettr and bound else None,
         "final_checksum": result.get("final_checksum"),
     }

@@ -492,6 +492,23 @@ def train(trainer: Trainer, start: int, stop: threading.Event,
     return True
 
 
+def write_finished(trainer: Trainer) -> None:
+    """Rank 0 writes FINISHED (and the marker last, so it stays the newest file). Each
+    node's wrapper looks for the flag in its own checkpoint dir (private per task on
+    OSMO), so every other node's local rank 0 writes one too, unless the dir is shared."""
+    cfg = trainer.cfg
+    flag = cfg.checkpoint_dir / FINISHED_NAME
+    if trainer.rank == 0:
+        checksum = weights_checksum(trainer.model)
+        write_atomic(flag, f"{cfg.steps} {checksum}\n".encode())
+        mark_complete(cfg.checkpoint_dir, cfg.steps)
+        say(f"final checksum {checksum}")
+    dist.barrier()  # rank 0's flag exists before another node looks for it in a shared dir
+    if trainer.rank != 0 and os.environ.get("LOCAL_RANK", "0") == "0" and not flag.exists():
+        cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(flag, f"{cfg.steps}\n".encode())
+
+
 @record
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
@@ -509,20 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     start = trainer.restore()
     if rank == 0:
         say(f"resumed from step {start}" if start else f"starting at step 0 (world size {world})")
-    finished = train(trainer, start, stop, heartbeat)
-    if finished and rank == 0:
-        checksum = weights_checksum(trainer.model)
-        write_atomic(cfg.checkpoint_dir / FINISHED_NAME, f"{cfg.steps} {checksum}\n".encode())
-        # the marker goes last: a file newer than it reads as a checkpoint still being written
-        mark_complete(cfg.checkpoint_dir, cfg.steps)
-        say(f"final checksum {checksum}")
-    elif finished and os.environ.get("LOCAL_RANK", "0") == "0":
-        # Each node's wrapper looks for the flag in its own (private, on OSMO) checkpoint
-        # dir; a dir shared with rank 0 already holds its marker and flag: leave it alone.
-        from wrapper.checkpoint.marker import MARKER_NAME
-        if not (cfg.checkpoint_dir / MARKER_NAME).exists():
-            cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(cfg.checkpoint_dir / FINISHED_NAME, f"{cfg.steps}\n".encode())
+    if train(trainer, start, stop, heartbeat):
+        write_finished(trainer)
     dist.destroy_process_group()
     return 0
 

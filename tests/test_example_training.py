@@ -105,6 +105,10 @@ def test_worker_with_empty_checkpoint_dir_resumes_bit_exact(
     assert [run.wait() for run in runs] == [0, 0], runs[0].text()[-3000:]
     assert steps_of(RESUMED_RE, runs[0].text()) == [10]
     assert runs[0].checksum() == reference_run[0].checksum()
+    # each task's wrapper finds the finished flag in its own directory
+    assert (master_dir / "FINISHED").read_text().split() == [str(STEPS), runs[0].checksum()]
+    assert (fresh_worker_dir / "FINISHED").exists()
+    assert checkpoint_files(fresh_worker_dir) == []
 
 
 def test_sigterm_to_launcher_saves_and_stops_unfinished_then_resumes_losing_nothing(

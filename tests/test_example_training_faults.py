@@ -37,9 +37,9 @@ EXPECTED = {
                {"megatron-rerun-17-transient"}, "retry"),
     "oom": (1, ["OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"],
             {"cuda-oom"}, "abort"),
-    # the catalogue may name the killed rank or the gloo cascade it caused; both retry
-    "kill": (-9, ["Signal 9 (SIGKILL) received by PID"],
-             {"killed-by-signal", "gloo-connection-closed"}, "retry"),
+    # the peer's gloo "Connection reset" and torchrun's SIGTERM to it are cascades: the
+    # root cause is the rank that was SIGKILLed (torchrun's own summary may name the peer)
+    "kill": (-9, ["Signal 9 (SIGKILL) received by PID"], {"killed-by-signal"}, "retry"),
 }
 RANK_BLOCK_RE = re.compile(
     r"rank\s+: (\d+) \(local_rank: \d+\)\n\s+exitcode\s+: (-?\d+) .*\n\s+error_file: (\S+)")
