@@ -86,3 +86,15 @@ def test_feed_text_in_chunks_equals_per_line(lines: list[str], split: int) -> No
     bulk.feed_text(text[:cut])
     bulk.feed_text(text[cut:])
     assert [(h.rule_id, h.lineno) for h in one.hits] == [(h.rule_id, h.lineno) for h in bulk.hits]
+
+
+def test_saved_log_line_numbers_count_newlines_only(tmp_path: Path) -> None:
+    from wrapper.classify import classify_artifacts
+
+    log = tmp_path / "odd.log"
+    body = "a\r\nb\x0cc\x1cd\u2028e\n" * 3000 + "[rank2]: KeyError: 'x'\r\n" + "tail\n" * 10
+    log.write_bytes(body.encode())
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=1, signal=None, rules=RULES)
+    hit = next(e for e in diagnosis.evidence if "KeyError" in e.text)
+    assert hit.lineno == 6001  # two "\n" per repetition; \r, \x0c, \x1c, \u2028 do not count
+    assert log.read_bytes().split(b"\n")[hit.lineno - 1].startswith(b"[rank2]: KeyError")

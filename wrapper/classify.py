@@ -31,6 +31,7 @@ __all__ = [
 
 _EVIDENCE_HITS = 6  # log lines shown per diagnosis
 _SUMMARY_TAIL_LINES = 800  # tail of each log searched for a ChildFailedError table
+_READ_CHARS = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -279,13 +280,24 @@ def classify(evidence: Evidence, rules: RuleSet) -> Diagnosis:
 
 
 def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
+    """Scan a saved log in blocks of whole lines (the prefilter runs over each block in
+    C) and keep its tail, where a launcher's failure summary is."""
     tail: deque[str] = deque(maxlen=_SUMMARY_TAIL_LINES)
-    count = 0
+    count, rest = 0, ""
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        for line in handle:
-            count += 1
-            scanner.feed(line, stream=str(path))
-            tail.append(line)
+        while True:
+            chunk = handle.read(_READ_CHARS)
+            text = rest + chunk
+            cut = text.rfind("\n") + 1 if chunk else len(text)
+            block, rest = text[:cut], text[cut:]
+            if block:
+                count += scanner.feed_text(block, stream=str(path))
+                lines = block.split("\n")  # not splitlines(): line numbers count "\n" only
+                if lines[-1] == "":
+                    lines.pop()
+                tail.extend(lines[-_SUMMARY_TAIL_LINES:])
+            if not chunk:
+                break
     return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
 
 

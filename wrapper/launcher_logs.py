@@ -67,7 +67,10 @@ class RankFailure:
         return None
 
     def describe(self) -> str:
-        parts = [f"rank {self.rank}" if self.rank is not None else "a worker"]
+        if self.rank is not None:
+            parts = [f"rank {self.rank}"]
+        else:
+            parts = [f"local rank {self.local_rank}" if self.local_rank is not None else "a worker"]
         if self.exit_code is not None:
             parts.append(f"signal {self.signal}" if self.signal else f"exit {self.exit_code}")
         if self.exception_type:

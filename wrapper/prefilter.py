@@ -133,13 +133,17 @@ class Prefilter:
         # a literal that contains another one is redundant
         unique = sorted(dict.fromkeys(finds), key=len)
         self.finds = tuple(t for i, t in enumerate(unique) if not any(s in t for s in unique[:i]))
-        # one line: a single regex call beats a regex plus a Python loop over the finds
-        everything = list(dict.fromkeys(anchors + list(self.finds)))
-        line_parts = ([trie_regex(everything)] if everything else []) + wholes
-        self._line_search = re.compile("|".join(line_parts), re.MULTILINE).search if line_parts else None
+        self._search = self.regex.search if self.regex is not None else None
 
     def may_match(self, line: str) -> bool:
-        return self._line_search is not None and self._line_search(line) is not None
+        # measured: the anchor regex plus a few `in` tests beats one regex holding the
+        # lower-case literals too (they spoil the regex's first-character skip)
+        if self._search is not None and self._search(line) is not None:
+            return True
+        for literal in self.finds:
+            if literal in line:
+                return True
+        return False
 
     def candidates(self, text: str) -> Iterator[int]:
         """Positions (unordered, maybe repeated) in ``text`` where a rule may match."""
