@@ -83,8 +83,9 @@ def test_feed_text_in_chunks_equals_per_line(lines: list[str], split: int) -> No
     one, bulk = LineScanner(RULES), LineScanner(RULES)
     for line in lines:
         one.feed(line)
-    bulk.feed_text(text[:cut])
-    bulk.feed_text(text[cut:])
+    for part in (text[:cut], text[cut:]):
+        if part:  # "" would be one empty line
+            bulk.feed_text(part)
     assert [(h.rule_id, h.lineno) for h in one.hits] == [(h.rule_id, h.lineno) for h in bulk.hits]
 
 
@@ -98,3 +99,15 @@ def test_saved_log_line_numbers_count_newlines_only(tmp_path: Path) -> None:
     hit = next(e for e in diagnosis.evidence if "KeyError" in e.text)
     assert hit.lineno == 6001  # two "\n" per repetition; \r, \x0c, \x1c, \u2028 do not count
     assert log.read_bytes().split(b"\n")[hit.lineno - 1].startswith(b"[rank2]: KeyError")
+
+
+def test_feed_text_blocks_without_trailing_newline_and_empty_lines() -> None:
+    one, bulk = LineScanner(RULES), LineScanner(RULES)
+    lines = ["noise", "", "", "[rank1]: KeyError: 'x'", "", "ncclSystemError"]
+    for line in lines:
+        one.feed(line + "\n")
+    for block in ("noise", "", "\n[rank1]: KeyError: 'x'", "", "ncclSystemError"):
+        bulk.feed_text(block)  # whole lines joined by "\n", no trailing newline
+    assert bulk.lines_seen() == one.lines_seen() == 6
+    assert [(h.rule_id, h.lineno) for h in bulk.hits] == [(h.rule_id, h.lineno) for h in one.hits] == [
+        ("python-user-error", 4), ("nccl-error", 6)]

@@ -221,7 +221,7 @@ def parse_failure_summary(lines: Sequence[str], source: str = "log", first_linen
     in_root = in_table = False
     for offset, raw in enumerate(lines):
         line = strip_ansi(raw).rstrip("\n")
-        lineno = first_lineno + offset
+        lineno = first_lineno + offset if first_lineno > 0 else 0  # 0: position unknown
         if "Root Cause (first observed failure)" in line or line.strip() == "Failures:":
             in_root, in_table = "Root Cause" in line, True
             continue
@@ -366,7 +366,8 @@ def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
 
 @dataclass(frozen=True)
 class SummaryBlock:
-    """Lines that may hold a failure summary, with where they came from."""
+    """Lines that may hold a failure summary, with where they came from
+    (``first_lineno`` 0: a tail whose line numbers are unknown)."""
 
     source: str
     lines: tuple[str, ...]

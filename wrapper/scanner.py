@@ -66,7 +66,9 @@ class LineScanner:
         return self._match_line(line.rstrip("\r\n"), stream, lineno)
 
     def feed_text(self, text: str, stream: str = "stdout") -> int:
-        """Scan a chunk of whole lines at once (same result as feeding each line).
+        """Scan a block of whole lines at once (same result as feeding each line).
+
+        The last line may or may not end with a newline; ``""`` is one empty line.
 
         The prefilter runs over the whole chunk in C; Python only touches the lines
         it accepts. Returns the number of lines in the chunk.
@@ -74,7 +76,8 @@ class LineScanner:
         base = self._lines.get(stream, 0)
         if "\x1b" in text:
             text = strip_ansi(text)
-        lines_in_chunk = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+        # "a\nb" and "a\nb\n" are both two lines; "" is one empty line
+        lines_in_chunk = text.count("\n") + (0 if text.endswith("\n") else 1)
         self._lines[stream] = base + lines_in_chunk
         if not self._any_patterns:
             return lines_in_chunk
