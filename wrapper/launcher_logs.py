@@ -29,7 +29,10 @@ from pathlib import Path
 from typing import Any
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_EXCEPTION_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error\w*)(?::\s?(.*))?$")
+_EXCEPTION_RE = re.compile(
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error\w*)"
+    r"(?::\s?(.*))?$"
+)
 _SUMMARY_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
 _SUMMARY_RANK_RE = re.compile(r"(-?\d+)(?:\s*\(local_rank:\s*(\d+)\))?")
 _SUMMARY_EXIT_RE = re.compile(r"(-?\d+)\s*\(pid:\s*(\d+)\)")
@@ -342,7 +345,8 @@ def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
             exit_code=known.exit_code if known.exit_code is not None else failure.exit_code,
             timestamp=known.timestamp if known.timestamp is not None else failure.timestamp,
             # the error file is what @record wrote: its exception beats the summary's excerpt
-            exception_type=(failure.exception_type if from_file else None) or known.exception_type or failure.exception_type,
+            exception_type=(failure.exception_type if from_file else None)
+            or known.exception_type or failure.exception_type,
             message=(failure.message if from_file and failure.exception_type else "") or known.message or failure.message,
             error_file=known.error_file or failure.error_file,
             marked_root_cause=known.marked_root_cause or failure.marked_root_cause,
@@ -359,7 +363,8 @@ def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
 
     def key(f: RankFailure) -> tuple[int, float, int]:
         cascade = 1 if f.exit_code in _AGENT_SIGTERM_CODES else 0
-        return (cascade, f.timestamp if f.timestamp is not None else float("inf"), f.rank if f.rank is not None else 1 << 30)
+        timestamp = f.timestamp if f.timestamp is not None else float("inf")
+        return (cascade, timestamp, f.rank if f.rank is not None else 1 << 30)
 
     return min(failures, key=key)
 

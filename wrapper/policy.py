@@ -132,7 +132,8 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         exclude, node_note = _node_exclusion(diagnosis, history, node, spend)
         r_left = retries_left - (1 if action == "retry" and spend else 0)
         s_left = reschedules_left - (1 if action == "reschedule" and spend else 0)
-        budget_note = f"retries left {r_left}/{budgets.max_retries}, reschedules left {s_left}/{budgets.max_reschedules}"
+        budget_note = (f"retries left {r_left}/{budgets.max_retries}, "
+                       f"reschedules left {s_left}/{budgets.max_reschedules}")
         parts = [f"{head} -> {action}", why, node_note, budget_note if action != "complete" else ""]
         return Decision(action=action, reason="; ".join(p for p in parts if p), backoff_s=backoff,
                         exclude_node=exclude, retries_left=r_left, reschedules_left=s_left)

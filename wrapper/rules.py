@@ -294,7 +294,10 @@ def _parse_match(raw: Any, index: int, ctx: _Field) -> Match:
     return Match(
         exit_codes=_int_set(raw, "exit_codes", name, ctx),
         signals=_signal_set(raw, name, ctx),
-        patterns=tuple(_compile(p, f"{name}.patterns[{i}]", ctx) for i, p in enumerate(_str_list(raw, "patterns", name, ctx) or ())),
+        patterns=tuple(
+            _compile(p, f"{name}.patterns[{i}]", ctx)
+            for i, p in enumerate(_str_list(raw, "patterns", name, ctx) or ())
+        ),
         exception_types=_frozen(_str_list(raw, "exception_types", name, ctx)),
         tracker_status=_frozen(_str_list(raw, "tracker_status", name, ctx)),
         launcher=_frozen(_str_list(raw, "launcher", name, ctx)),

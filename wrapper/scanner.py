@@ -96,7 +96,8 @@ class LineScanner:
         for rule_id, patterns in self._rules:
             found = next((m for m in (p.search(line) for p in patterns) if m is not None), None)
             if found is not None:
-                hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno, text=_window(line, found.start()), seq=self._seq)
+                hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno,
+                             text=_window(line, found.start()), seq=self._seq)
                 self._seq += 1
                 self._store(hit)
                 first = first or hit
