@@ -137,3 +137,32 @@ def test_tampered_manifest_is_refused_in_one_line(tmp_path: Path) -> None:
     code, _, err = _run("restore", str(url), str(tmp_path / "out"))
     assert code == 1 and "would escape the checkpoint directory" in err
     assert not (tmp_path / "escape").exists()
+
+
+class _Terminal:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def test_progress_is_drawn_on_a_terminal_only(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from workflows.cli import checkpoint_cmds
+
+    for tty in (True, False):
+        terminal = _Terminal(tty)
+        monkeypatch.setattr(sys, "stderr", terminal)
+        progress = checkpoint_cmds._Progress("publish", total=4_000_000)
+        progress._drawn -= 1  # as if the last redraw was a second ago
+        progress(2_000_000)
+        progress.close()
+        assert ("publish: 2.0 MB / 4.0 MB" in terminal.text) is tty
+        assert (terminal.text == "") is not tty

@@ -79,13 +79,13 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
         previous = next((m for m in state.manifests[:1]
                          if latest and m.checkpoint_id == latest.checkpoint_id), None)
         changed = previous is None or not previous.same_content(manifest)
-        if changed:
+        if previous is None or changed:
             raw = manifest.to_bytes()
             store.write_bytes(manifest_key(manifest.checkpoint_id), raw)
             refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
             store.write_bytes(POINTER_KEY, Pointer(refs).to_bytes())
             kept = (manifest,) + state.manifests[: retention - 1]
-        else:
+        else:  # the store already holds exactly this: commit nothing
             manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
         cache.save()
         deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe)

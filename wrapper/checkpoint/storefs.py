@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fsspec
-from fsspec.implementations.local import LocalFileSystem
+import fsspec  # type: ignore[import-untyped]
+from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import copy_and_hash, stat_key
