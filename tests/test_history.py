@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wrapper.history import HISTORY_FILE, History, HistoryStore
+import pytest
+
+from wrapper.history import HISTORY_FILE, History, HistoryError, HistoryStore
 
 _WRITER = """
 import sys
@@ -96,3 +98,24 @@ def test_corruption_warning_goes_to_stderr_by_default(tmp_path: Path) -> None:
     )
     assert result.returncode == 0 and result.stdout.strip() == "0"
     assert result.stderr.startswith("resched: warning: history file")
+
+
+def test_unwritable_state_dir_is_a_clear_error(tmp_path: Path) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the state directory should be")
+    with pytest.raises(HistoryError) as info:
+        HistoryStore(blocked / "state").record(outcome(1))
+    assert "\n" not in str(info.value) and "--state-dir" in str(info.value)
+
+
+def test_history_is_still_read_when_the_lock_cannot_be_taken(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    HistoryStore(state).record(outcome(1))
+    (state / "history.lock").unlink()
+    (state / "history.lock").mkdir()  # the lock file cannot be opened
+    warnings: list[str] = []
+    store = HistoryStore(state, warn=warnings.append)
+    assert [a["attempt"] for a in store.load().attempts] == [1]
+    assert len(warnings) == 1 and "without the lock" in warnings[0]
+    with pytest.raises(HistoryError):
+        store.record(outcome(2))

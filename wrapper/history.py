@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wrapper.errors import ReschedError
+
 HISTORY_FILE = "history.json"
 LOCK_FILE = "history.lock"
 SCHEMA_VERSION = 1
@@ -72,6 +74,10 @@ def attempt_step(outcome: Mapping[str, Any]) -> int | None:
 
 class HistoryCorrupted(ValueError):
     pass
+
+
+class HistoryError(ReschedError):
+    """The state directory cannot hold the history (not writable, not a directory)."""
 
 
 def _parse(data: Any) -> History:
@@ -127,8 +133,13 @@ class HistoryStore:
         """The current history; a missing file is an empty history."""
         if not self.path.exists():
             return History()
-        with self._locked():
-            return self._read()
+        try:
+            with self._locked():
+                return self._read()
+        except HistoryError as error:
+            # a read-only copy (e.g. a checkpoint mounted read-only) is still worth reading
+            self._warn(f"resched: warning: {error}; reading the history without the lock")
+            return self._read(repair=False)
 
     def record(self, outcome: Mapping[str, Any]) -> History:
         """Append one attempt (an outcome record dict) and return the new history."""
@@ -141,20 +152,34 @@ class HistoryStore:
     def _update(self, change: Callable[[History], History]) -> History:
         with self._locked():
             history = change(self._read())
-            self._write(history)
+            try:
+                self._write(history)
+            except OSError as error:
+                raise self._error("cannot write", error) from error
             return history
+
+    def _error(self, what: str, error: OSError) -> HistoryError:
+        return HistoryError(
+            f"{what} the attempt history: {error.strerror or error}",
+            where=str(self.path),
+            fix="make the state directory writable, or choose another with --state-dir",
+        )
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a+") as lock:
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            lock = open(self._lock_path, "a+")  # noqa: SIM115 - closed below, after the yield
+        except OSError as error:
+            raise self._error("cannot lock", error) from error
+        with lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
-    def _read(self) -> History:
+    def _read(self, *, repair: bool = True) -> History:
         """Read under the lock; a corrupted file is set aside (kept) and replaced."""
         try:
             text = self.path.read_text(encoding="utf-8")
@@ -163,6 +188,10 @@ class HistoryStore:
         try:
             return _parse(json.loads(text))
         except (ValueError, HistoryCorrupted) as error:
+            if not repair:
+                self._warn(f"resched: warning: history file {self.path} is corrupted ({error}); "
+                           "using an empty history (the file is left as it is)")
+                return History()
             kept = self.path.with_name(f"{HISTORY_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
             shutil.copy2(self.path, kept)
             self._warn(
