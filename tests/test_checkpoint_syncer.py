@@ -245,3 +245,14 @@ def test_syncer_never_publishes_a_half_written_checkpoint(tmp_path: Path) -> Non
                 blob = raw.read_bytes(f"objects/{entry.sha256[:2]}/{entry.sha256}") or b""
                 assert blob.startswith(f"step {manifest.step} ".encode()), (
                     f"{entry.path} of published step {manifest.step} holds {blob[:20]!r}")
+
+
+def test_unwritable_cache_dir_still_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    (tmp_path / "not-a-dir").write_text("x")
+    monkeypatch.setenv("RESCHED_CACHE_DIR", str(tmp_path / "not-a-dir" / "cache"))
+    _checkpoint(tmp_path / "ck", 4)
+    store = CheckpointStore(f"memory://ck-{uuid.uuid4().hex}/s")
+    syncer = PeriodicSyncer(tmp_path / "ck", store, 60, log=lambda line: None)
+    result = syncer.sync_once()
+    assert result is not None and result.step == 4

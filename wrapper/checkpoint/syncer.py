@@ -15,7 +15,9 @@ from running at once, also across processes.
 from __future__ import annotations
 
 import fcntl
+import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -102,9 +104,9 @@ class PeriodicSyncer:
         for store or snapshot trouble (it is recorded and logged instead)."""
         self.last_skip = None
         with self._in_process, _DirLock(self.local_dir) as lock:
-            if not lock.acquire(wait_s=self.final_wait_s if final else 0.0):
-                return self._skip("busy: another process is publishing this directory")
             try:
+                if not lock.acquire(wait_s=self.final_wait_s if final else 0.0):
+                    return self._skip("busy: another process is publishing this directory")
                 signature = take_snapshot(self.local_dir).signature
                 if signature == self._published_signature:
                     return self._skip(UNCHANGED)
@@ -132,18 +134,30 @@ class PeriodicSyncer:
 
 
 class _DirLock:
-    """An fcntl lock on ``<cache>/locks/<dir key>.lock`` for one local directory."""
+    """An fcntl lock on ``<cache>/locks/<dir key>.lock`` for one local directory (in the
+    temp dir when the cache dir is not writable, e.g. a read-only home in a container)."""
 
     def __init__(self, directory: Path) -> None:
-        self._path = cache_dir() / "locks" / f"{dir_key(directory)}.lock"
+        name = f"{dir_key(directory)}.lock"
+        self._paths = (cache_dir() / "locks" / name,
+                       Path(tempfile.gettempdir()) / f"resched-locks-{os.getuid()}" / name)
         self._handle: IO[bytes] | None = None
 
     def __enter__(self) -> _DirLock:  # noqa: PYI034 (py3.10 has no typing.Self)
         return self
 
     def acquire(self, *, wait_s: float) -> bool:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = self._path.open("ab")
+        for path in self._paths:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._handle = path.open("ab")
+                break
+            except OSError:
+                continue
+        if self._handle is None:
+            raise CheckpointError(f"cannot create a lock file in {self._paths[0].parent} or "
+                                  f"{self._paths[1].parent}",
+                                  fix="set RESCHED_CACHE_DIR to a writable directory")
         deadline = time.monotonic() + wait_s
         while True:
             try:
