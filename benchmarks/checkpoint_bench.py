@@ -141,7 +141,7 @@ def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]
         shutil.rmtree(get_dir, ignore_errors=True)
         shutil.rmtree(out_dir, ignore_errors=True)
     finally:
-        stop_weed(process)
+        stop_weed(process, server)
     mb = total / 1e6
     print(f"s3:// on SeaweedFS at 127.0.0.1 ({mb:.0f} MB)")
     print(f"  s3fs put -r                {t['put']:7.2f} s  {mb / t['put']:7.0f} MB/s")

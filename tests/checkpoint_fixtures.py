@@ -32,6 +32,7 @@ class S3Server:
     endpoint: str
     bucket: str
     pid: int
+    ports: tuple[int, ...] = ()
 
     @property
     def storage_options(self) -> dict:
@@ -94,7 +95,7 @@ def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
     process = subprocess.Popen(weed_command(binary, data_dir, ports, bucket), cwd=workdir,
                                env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
-    server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid)
+    server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid, tuple(ports))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -102,7 +103,7 @@ def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
         if _bucket_ready(server):
             return process, server
         time.sleep(0.2)
-    stop_weed(process)
+    stop_weed(process, server)
     tail = (workdir / "weed.log").read_bytes()[-1500:].decode(errors="replace")
     raise RuntimeError(f"weed mini did not answer on {server.endpoint}: {tail}")
 
@@ -118,7 +119,16 @@ def _bucket_ready(server: S3Server) -> bool:
         return False
 
 
-def stop_weed(process: subprocess.Popen) -> None:
+def stop_weed(process: subprocess.Popen, server: S3Server | None = None) -> None:
+    """Stop the server by its own process group, and remove the sockets it leaves in /tmp
+    (the admin gRPC socket ignores TMPDIR and has no flag)."""
+    _terminate(process)
+    for port in server.ports if server else ():
+        for leftover in Path(tempfile.gettempdir()).glob(f"seaweedfs-*-{port}.sock"):
+            leftover.unlink(missing_ok=True)
+
+
+def _terminate(process: subprocess.Popen) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)  # its own session: the server and nothing else
         try:
@@ -139,7 +149,7 @@ def s3_server() -> Iterator[S3Server]:
     try:
         yield server
     finally:
-        stop_weed(process)
+        stop_weed(process, server)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
