@@ -102,6 +102,7 @@ class _Facts:
     failed: bool
     hits_by_rule: Mapping[str, tuple[LogHit, ...]]
     exception_types: frozenset[str]
+    root_exception: str | None  # the root-cause rank's exception type, when known
     tracker_status: str | None
     launcher: str | None
     hung: bool
@@ -144,6 +145,7 @@ def _facts(evidence: Evidence, report: LauncherReport, hits: Sequence[LogHit]) -
         codes=codes, signals=signals, failed=failed,
         hits_by_rule={k: tuple(v) for k, v in by_rule.items()},
         exception_types=frozenset(exc), tracker_status=tracker, launcher=evidence.launcher,
+        root_exception=report.root_cause.exception_type if report.root_cause else None,
         hung=evidence.hung, stop_requested=evidence.stop_signal is not None,
         expect_finished=evidence.expect_finished, finished=evidence.finished,
     )
@@ -180,7 +182,10 @@ def _catch_all(rule: Rule) -> bool:
 
 
 def _rule_matches(rule: Rule, facts: _Facts) -> bool:
-    return any(_block_matches(block, facts, rule.id) for block in rule.matches)
+    blocks = rule.matches
+    if rule.trust_exception_type and facts.root_exception is not None:
+        blocks = tuple(b for b in blocks if b.exception_types is not None)
+    return any(_block_matches(block, facts, rule.id) for block in blocks)
 
 
 _FALLBACK_FAILURE = Rule(

@@ -29,7 +29,7 @@ CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 
 _RULE_KEYS = {
     "id", "category", "decision", "hint", "match", "cascade", "exclude_node",
-    "counts_as_failure", "escalate", "deterministic", "exhausts_retries",
+    "counts_as_failure", "escalate", "deterministic", "exhausts_retries", "trust_exception_type",
 }
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
@@ -89,6 +89,9 @@ class Rule:
     escalate: Escalation | None = None
     deterministic: bool = False
     exhausts_retries: bool = False
+    # when an error file / failure summary names the root cause's exception type, only
+    # the rule's exception_types blocks count (a caught, logged KeyError is not a cause)
+    trust_exception_type: bool = False
 
     @property
     def patterns(self) -> tuple[re.Pattern[str], ...]:
@@ -230,6 +233,7 @@ def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
         escalate=_parse_escalation(raw.get("escalate"), ctx),
         deterministic=_bool(raw, "deterministic", ctx, False),
         exhausts_retries=_bool(raw, "exhausts_retries", ctx, False),
+        trust_exception_type=_bool(raw, "trust_exception_type", ctx, False),
     )
 
 
