@@ -82,7 +82,7 @@ def drain(argv: list[str]) -> tuple[int, float, float]:
     assert proc.stdout is not None
     fd, received, first = proc.stdout.fileno(), 0, None
     while True:
-        chunk = os.read(fd, 1 << 20)
+        chunk = os.read(fd, 1 << 16)  # 64 KiB: 1 MiB reads allocate a fresh buffer each time
         if not chunk:
             break
         if first is None:
