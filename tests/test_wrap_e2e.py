@@ -370,3 +370,17 @@ def test_example_training_transient_nccl_error_is_retried_in_place_and_resumes(
     assert (second["rule"], second["decision"]) == ("complete-finished", "complete")
     assert "resched-train: final checksum" in result.stdout
     assert json.loads(outcome.read_text())["wrapper_exit_code"] == 0
+
+
+def test_a_closed_stdout_never_kills_the_training(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    program = (f"for i in $(seq 50000); do echo line $i; done; echo finished > {done}")
+    wrapper = subprocess.Popen([*wrap_argv(tmp_path / "state"), "--", "bash", "-c", program],
+                               cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert wrapper.stdout is not None
+    assert wrapper.stdout.readline() == b"line 1\n"
+    wrapper.stdout.close()  # like `resched wrap -- train | head -1`
+    _, stderr = wrapper.communicate(timeout=60)
+    assert wrapper.returncode == 0, stderr
+    assert done.read_text() == "finished\n"  # the command ran to its end (no SIGPIPE)
