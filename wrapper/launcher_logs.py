@@ -107,16 +107,21 @@ class LauncherReport:
 
     @property
     def rank_exit_codes(self) -> dict[int, int]:
+        """Exit code per rank: the global rank, or the local rank when an artifact named
+        only that (an agent's ``failed (exitcode ...) local_rank: R`` line, an error file
+        found without a failure summary)."""
         codes: dict[int, int] = {}
         for failure in self.failures:
-            if failure.rank is not None and failure.exit_code is not None:
-                codes.setdefault(failure.rank, failure.exit_code)
+            rank = failure.rank if failure.rank is not None else failure.local_rank
+            if rank is not None and failure.exit_code is not None:
+                codes.setdefault(rank, failure.exit_code)
         return dict(sorted(codes.items()))
 
     @property
     def root_cause_rank(self) -> int | None:
-        if self.root_cause is not None and self.root_cause.rank is not None:
-            return self.root_cause.rank
+        root = self.root_cause
+        if root is not None and (root.rank is not None or root.local_rank is not None):
+            return root.rank if root.rank is not None else root.local_rank
         for event in reversed(self.tracker_events):
             if event.rank is not None:
                 return event.rank

@@ -1,0 +1,58 @@
+"""NVRx ft_launcher, run for real (2 ranks, CPU): a rank stops sending heartbeats, the
+rank monitor kills it, the launcher restarts once, it hangs again, the launcher gives
+up. resched must call it a hang whose in-job restarts are already spent."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from wrapper.classify import classify_artifacts
+from wrapper.rules import load_rules
+
+FT_LAUNCHER = Path(sys.executable).with_name("ft_launcher")
+
+_WORKER = textwrap.dedent("""
+    import os, time
+    from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient
+
+    client = RankMonitorClient()
+    client.init_workload_monitoring()
+    for step in range(3):
+        client.send_heartbeat()
+        print(f"rank {os.environ['RANK']} step {step}", flush=True)
+        time.sleep(0.2)
+    time.sleep(600)  # a hang: no more heartbeats
+""")
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.skipif(not FT_LAUNCHER.exists() and shutil.which("ft_launcher") is None, reason="no ft_launcher")
+def test_real_ft_launcher_heartbeat_hang_with_restarts_exhausted(tmp_path: Path) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    log = tmp_path / "ft.log"
+    launcher = str(FT_LAUNCHER) if FT_LAUNCHER.exists() else "ft_launcher"
+    with open(log, "w") as out:
+        code = subprocess.run(
+            [launcher, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "1",
+             "--ft-param-initial_rank_heartbeat_timeout", "5", "--ft-param-rank_heartbeat_timeout", "3", str(script)],
+            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=180, check=False,
+        ).returncode
+    text = log.read_text()
+    assert code == 1, text[-3000:]
+    assert "Did not get subsequent heartbeat" in text and "1/1 attempts left" in text
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=code, signal=None, rules=load_rules(),
+                                   launcher="ft_launcher")
+    assert (diagnosis.rule_id, diagnosis.category, diagnosis.decision) == ("nvrx-hang-kill", "hang", "reschedule")
+    assert "launcher-restarts-exhausted" in diagnosis.also_matched
+    # ft_launcher prints no failure table here: the agent's line names local rank 0
+    assert diagnosis.rank_exit_codes == {0: -9} and diagnosis.root_cause_rank == 0
+    assert "local rank 0, signal 9" in diagnosis.status
