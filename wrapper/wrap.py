@@ -157,7 +157,7 @@ class _AttemptLoop:
 
     def _heartbeat_file(self) -> Path:
         if self.config.heartbeat_file is not None:
-            return self.config.heartbeat_file
+            return self.config.heartbeat_file.absolute()  # the command may change directory
         # Outside the checkpoint dir on purpose: a file touched every step would make
         # every periodic sync upload it again.
         self._own_heartbeat_dir = Path(tempfile.mkdtemp(prefix="resched-heartbeat-"))
