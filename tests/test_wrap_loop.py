@@ -145,6 +145,12 @@ def test_invalid_exit_codes_are_refused_before_running(tmp_path: Path, codes: di
     assert not (tmp_path / "state").exists()
 
 
+def test_checkpoint_url_without_a_local_dir_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(WrapConfigError, match="needs --checkpoint-dir"):
+        run_wrap(config(tmp_path, ["true"], checkpoint_url=f"file://{tmp_path}/store"),
+                 judge=ScriptedJudge(["complete"]))
+
+
 def test_empty_command_is_refused(tmp_path: Path) -> None:
     with pytest.raises(WrapConfigError, match="no command"):
         run_wrap(config(tmp_path, []), judge=ScriptedJudge(["complete"]))

@@ -79,6 +79,12 @@ def validate_config(config: WrapConfig) -> None:
         )
     if config.reschedule_code == INTERNAL_ERROR_EXIT or config.abort_code == INTERNAL_ERROR_EXIT:
         say(f"warning: exit code {INTERNAL_ERROR_EXIT} is also what a wrapper bug exits with")
+    if config.checkpoint_url and config.checkpoint_dir is None:
+        raise WrapConfigError("--checkpoint-url needs --checkpoint-dir", where="--checkpoint-url",
+                              fix="name the local directory the training writes checkpoints to")
+    if config.sync_every_s is not None and config.sync_every_s <= 0:
+        raise WrapConfigError("--sync-every must be positive", where="--sync-every",
+                              fix="give a period such as 10m or PT10M")
     if config.max_retries < 0 or config.max_reschedules < 0:
         raise WrapConfigError("budgets cannot be negative", where="--max-retries/--max-reschedules",
                               fix="give 0 or more")
