@@ -24,7 +24,8 @@ from wrapper.hang import HangDetector, HangSettings
 from wrapper.linesink import LineSink
 from wrapper.procgroup import become_subreaper, group_members, kill_group, reap_group_zombies
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# SIGHUP too: a closed terminal must not leave the command running without its wrapper.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
