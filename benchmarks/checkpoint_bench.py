@@ -71,7 +71,6 @@ def fresh(path: Path) -> Callable[[], None]:
 
 def bench_file(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]:
     store_dir, copy_dir, out_dir = work / "store", work / "cp", work / "restored"
-    os.environ["RESCHED_CACHE_DIR"] = str(work / "cache")
     cached = CheckpointStore(f"file://{work / 'cached'}")
     cached.publish(src)  # fills the hash cache: re-publishes below are of an unchanged tree
 
@@ -134,6 +133,9 @@ def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]
             "put": (nothing, put),
             "publish": (nothing, publish),
             "republish": (nothing, lambda: store.publish(src)),
+            "republish_nocache": (nothing, lambda: CheckpointStore(
+                server.url("cached"), storage_options=server.storage_options,
+                hash_cache=False).publish(src)),
             "get": (fresh(get_dir), lambda: fs.get(f"{server.bucket}/source/", str(get_dir),
                                                    recursive=True)),
             "restore": (fresh(out_dir), lambda: store.restore(out_dir)),
@@ -146,11 +148,14 @@ def bench_s3(work: Path, src: Path, total: int, repeat: int) -> dict[str, float]
     print(f"s3:// on SeaweedFS at 127.0.0.1 ({mb:.0f} MB)")
     print(f"  s3fs put -r                {t['put']:7.2f} s  {mb / t['put']:7.0f} MB/s")
     print(f"  publish (hash+PUT)         {t['publish']:7.2f} s  {mb / t['publish']:7.0f} MB/s")
-    print(f"  re-publish unchanged       {t['republish']:7.3f} s")
+    print(f"  re-publish unchanged       {t['republish']:7.3f} s  (hash cache hit)")
+    print(f"  re-publish, no hash cache  {t['republish_nocache']:7.2f} s  (hashing instead of "
+          "re-uploading)")
     print(f"  s3fs get -r                {t['get']:7.2f} s  {mb / t['get']:7.0f} MB/s")
     print(f"  restore (GET+verify)       {t['restore']:7.2f} s  {mb / t['restore']:7.0f} MB/s")
     return {"s3_publish_vs_put": t["put"] / t["publish"],
             "s3_republish_share": t["republish"] / t["publish"],
+            "s3_republish_nocache_share": t["republish_nocache"] / t["publish"],
             "s3_restore_vs_get": t["get"] / t["restore"]}
 
 
@@ -160,14 +165,16 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-s3", action="store_true")
+    parser.add_argument("--no-file", action="store_true")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="resched-ckbench-", dir=args.workdir))
     try:
+        os.environ["RESCHED_CACHE_DIR"] = str(work / "cache")  # not the user's ~/.cache
         src = work / "src"
         total = make_tree(src, args.size_mb, args.files)
         print(f"tree: {args.files} files, {total / 1e6:.0f} MB; median of {args.repeat} runs")
-        ratios = bench_file(work, src, total, args.repeat)
+        ratios = {} if args.no_file else bench_file(work, src, total, args.repeat)
         if not args.no_s3:
             ratios |= bench_s3(work, src, total, args.repeat)
         print("ratios (throughput: baseline time / our time; share: our time / full publish)")
