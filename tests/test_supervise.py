@@ -26,7 +26,8 @@ class Collected:
         self.lines: list[tuple[str, str]] = []
 
     def __call__(self, text: str, stream: str) -> None:
-        self.lines.extend((stream, line) for line in text.split("\n"))
+        assert text.endswith("\n")  # whole lines only, each ended by a newline
+        self.lines.extend((stream, line) for line in text.split("\n")[:-1])
 
 
 def supervise(
@@ -280,7 +281,7 @@ def test_an_output_burst_is_forwarded_whole_and_its_end_is_scanned(tmp_path: Pat
             import time
 
             time.sleep(len(text) / 20e6)  # a scanner of 20 MB/s
-        slow_scan.extend((stream, line) for line in text.split("\n"))
+        slow_scan.extend((stream, line) for line in text.split("\n")[:-1])
 
     out_fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
     try:
@@ -318,3 +319,40 @@ def test_an_exception_in_the_watch_loop_still_kills_the_group(tmp_path: Path) ->
         supervisor.run()
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert not pid_alive(grandchild)
+
+
+@pytest.mark.parametrize("flood_mb", [0, 40])
+def test_real_scanner_line_numbers_survive_blank_lines_partial_writes_and_bursts(
+    tmp_path: Path, flood_mb: int
+) -> None:
+    from wrapper.rules import load_rules
+    from wrapper.scanner import LineScanner
+
+    # Blank lines, a line split across writes, CRLF, an optional flood, then the root cause.
+    program = (
+        "import sys, time\nout = sys.stdout.buffer\n"
+        "out.write(b'first\\n\\n\\nsecond\\r\\n'); out.flush(); time.sleep(0.05)\n"
+        "out.write(b'half of a '); out.flush(); time.sleep(0.05)\n"
+        "out.write(b'line\\n\\n'); out.flush()\n"
+        "block = b'noise\\n' * 100000\n"
+        f"for _ in range({flood_mb} * 10 // 6):\n    out.write(block)\n"
+        "out.write(b'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\\n')\n"
+        "out.write(b'after\\n')\n"
+    )
+    expected_lineno = 6 + (flood_mb * 10 // 6) * 100000 + 1
+    scanner = LineScanner(load_rules())
+    out_fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        run = Supervisor([PYTHON, "-c", program], env=child_env(), relay=SignalRelay(),
+                         feed_text=scanner.feed_text,
+                         options=SuperviseOptions(stdout_fd=out_fd)).run()
+    finally:
+        os.close(out_fd)
+    assert run.exit_code == 0
+    (hit,) = [h for h in scanner.hits if h.rule_id == "cuda-oom"]
+    assert (hit.stream, hit.lineno) == ("stdout", expected_lineno)
+    assert scanner.lines_seen("stdout") == expected_lineno + 1
+    assert run.stdout_tail[-2:] == (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", "after")
+    if not flood_mb:
+        assert run.stdout_tail[:6] == ("first", "", "", "second", "half of a line", "")

@@ -243,7 +243,7 @@ class _ScanFeed:
         if self._feed_text is not None:
             self._feed_text(text, stream)
         else:
-            for line in text.split("\n"):
+            for line in text.split("\n")[:-1]:  # every line ends with a newline
                 self.scanner.feed(line, stream)
         if "attempts left" in text:
             self.in_job_restarts += len(IN_JOB_RESTART.findall(text))

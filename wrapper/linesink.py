@@ -39,7 +39,8 @@ PIPE_BYTES = 1024 * 1024
 _READ_SIZE = 64 * 1024
 _F_SETPIPE_SZ = 1031
 
-# Receives whole lines joined by "\n" (no trailing newline) and the stream name.
+# Receives whole lines, each ended by "\n" (LineScanner.feed_text's convention: the line
+# count is the number of newlines), and the stream name.
 FeedText = Callable[[str, str], None]
 
 
@@ -102,9 +103,9 @@ class LineSink:
         """The last ``tail_lines`` lines (a final partial line included), decoded."""
         if self._tail_lines <= 0:
             return ()
-        raw = b"\n".join(block for block, _ in self._tail_blocks).split(b"\n")
+        raw = b"".join(block for block, _ in self._tail_blocks).split(b"\n")[:-1]
         return tuple(line[:TAIL_LINE_CHARS].decode("utf-8", "replace").rstrip("\r")
-                     for line in raw[-self._tail_lines:]) if self._tail_blocks else ()
+                     for line in raw[-self._tail_lines:])
 
     def _pump(self) -> None:
         enlarge_pipe(self._source_fd)
@@ -128,8 +129,8 @@ class LineSink:
             else:
                 self._split(chunk)
         self._scan_burst()
-        if self._carry:
-            self._emit(self._carry)
+        if self._carry:  # a last line without its newline
+            self._emit(self._carry + b"\n")
             self._carry = b""
         self._feed_unfed_lines()
 
@@ -187,7 +188,7 @@ class LineSink:
         # Unscanned lines still advance the scanner's line numbers, in order, before the
         # next scanned block: as empty lines, which match no rule (one byte each).
         if self._unfed_lines and self._scanning:
-            self._safe_feed("\n" * (self._unfed_lines - 1))
+            self._safe_feed("\n" * self._unfed_lines)
         self._unfed_lines = 0
 
     def _scan_burst(self) -> None:
@@ -215,15 +216,15 @@ class LineSink:
             self._carry = data
         else:
             self._carry = data[last_newline + 1:]
-            self._emit(data[:last_newline])
+            self._emit(data[:last_newline + 1])
         if len(self._carry) > MAX_LINE_BYTES:
-            self._emit(self._carry[:MAX_LINE_BYTES])
+            self._emit(self._carry[:MAX_LINE_BYTES] + b"\n")
             self._carry = b""
             self._skipping = True
 
     def _emit(self, block: bytes) -> None:
-        """Scan a block of whole lines joined by newlines."""
-        count = block.count(b"\n") + 1
+        """Scan a block of whole lines, each ended by a newline."""
+        count = block.count(b"\n")
         self._feed_unfed_lines()
         if self._scanning:
             # One decode per block: a newline byte never occurs inside a UTF-8 sequence.
