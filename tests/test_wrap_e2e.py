@@ -384,3 +384,21 @@ def test_a_closed_stdout_never_kills_the_training(tmp_path: Path) -> None:
     _, stderr = wrapper.communicate(timeout=60)
     assert wrapper.returncode == 0, stderr
     assert done.read_text() == "finished\n"  # the command ran to its end (no SIGPIPE)
+
+
+def test_sigterm_during_the_retry_backoff_leaves_as_a_preemption(tmp_path: Path) -> None:
+    outcome = tmp_path / "final.json"
+    wrapper = subprocess.Popen([*wrap_argv(tmp_path / "state"), "--", "sh", "-c", "exit 1"],
+                               cwd=REPO, env=child_env(RESCHED_OUTCOME_FILE=str(outcome)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert wrapper.stderr is not None
+    for line in wrapper.stderr:
+        if line.startswith("resched: event decision "):
+            assert '"decision": "retry"' in line
+            wrapper.send_signal(signal.SIGTERM)  # while it waits the backoff
+            break
+    wrapper.communicate(timeout=60)
+    assert wrapper.returncode == 3
+    final = json.loads(outcome.read_text())
+    assert (final["decision"], final["stop_signal"]) == ("reschedule", "SIGTERM")
+    assert len(records(tmp_path / "state")) == 1  # no second attempt was started
