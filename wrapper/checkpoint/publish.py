@@ -137,20 +137,15 @@ class _Uploads:
             return FileEntry(file.relpath, size, sha)
         hashed_at = time.time_ns()
         if self.store.is_local:
-            size, sha, blob = self.store.ingest_local(
-                file.path, blob_key,
-                lambda sha, n: self.trusted.get(sha) == n or sha in self.sent, self.progress)
+            size, sha, blob = self.store.ingest_local(file.path, blob_key, self._provided,
+                                                      self.progress)
             written = blob is not None
             if blob is not None:
                 with self._count_lock:
                     self.written.append(blob)
-                    self.sent.append(sha)
         else:
             sha = sha or hash_file(file.path)
-            with self._count_lock:  # two files with one content: one upload
-                written = self.trusted.get(sha) != size and sha not in self.sent
-                if written:
-                    self.sent.append(sha)
+            written = not self._provided(sha, size)
             if written:
                 self.store.put_file(file.path, blob_key(sha))
             self._tick(size)
@@ -162,6 +157,15 @@ class _Uploads:
                 self.sent_files += 1
                 self.sent_bytes += size
         return FileEntry(file.relpath, size, sha)
+
+    def _provided(self, sha: str, size: int) -> bool:
+        """True when the store holds this blob or another worker of this publish sends
+        it; otherwise claims it for the caller (two files, one content: one upload)."""
+        with self._count_lock:
+            if self.trusted.get(sha) == size or sha in self.sent:
+                return True
+            self.sent.append(sha)
+            return False
 
     def _tick(self, size: int) -> None:
         if self.progress:
