@@ -256,3 +256,21 @@ def test_unwritable_cache_dir_still_publishes(tmp_path: Path, monkeypatch: pytes
     syncer = PeriodicSyncer(tmp_path / "ck", store, 60, log=lambda line: None)
     result = syncer.sync_once()
     assert result is not None and result.step == 4
+
+
+def test_a_checkpoint_copied_with_cp_a_stays_publishable(tmp_path: Path) -> None:
+    """The templates copy the restored input into the training dir with `cp -a`: new
+    inodes, same sizes and times. That is the same complete checkpoint."""
+    from wrapper.checkpoint.errors import SnapshotUnstableError
+    from wrapper.checkpoint.snapshot import check_publishable, take_snapshot
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "model.pt").write_bytes(b"weights" * 100)
+    mark_complete(src, 7)
+    dst = tmp_path / "dst"
+    subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    check_publishable(take_snapshot(dst), now_ns=0, settle_s=0)
+    (dst / "model.pt").write_bytes(b"changed!" * 100)
+    with pytest.raises(SnapshotUnstableError, match="differ from the completion marker"):
+        check_publishable(take_snapshot(dst), now_ns=0, settle_s=0)

@@ -7,8 +7,9 @@ The training writes each checkpoint file (ideally by tmp + rename), then calls
 :func:`mark_complete` LAST. The marker records the step and the (size, mtime_ns, inode)
 of every file in the directory at that moment, so a publisher can tell exactly whether
 the directory still holds that complete checkpoint: any file written, replaced, added or
-removed afterwards makes the snapshot differ from the marker's list (even within one
-timestamp tick, since a rename gives a new inode). ``.resched/`` (the wrapper's own
+removed afterwards makes the snapshot differ from the marker's list. Publishers compare
+size and mtime_ns only (the inode is kept for diagnosis): a copy that keeps times
+(`cp -a` of a restored checkpoint) is the same checkpoint and stays publishable. ``.resched/`` (the wrapper's own
 state) and temp files named ``*.resched-tmp-*`` are not part of the list.
 """
 
