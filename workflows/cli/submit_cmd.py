@@ -86,7 +86,11 @@ def backend_options(given: dict[str, Any], backend_name: str, accepted: set[str]
     help="[local, slurm] How many RESCHEDULEs a task gets (OSMO's pool setting).",
 )
 @click.option("--chaos", help="[local] Fault injection spec, e.g. 'kill:master@20s'.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="[local]")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="[local, slurm] Where pods, task dirs and logs go.",
+)
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="[local] JSON report.")
 def submit_command(
     file: Path,

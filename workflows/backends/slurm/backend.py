@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,9 +188,11 @@ class SlurmBackend(Backend):
 
     @staticmethod
     def _sbatch(job: SbatchJob) -> str:
-        done = subprocess.run(
-            list(job.argv), capture_output=True, text=True, env=os.environ.copy(), check=False
-        )
+        env = os.environ.copy()
+        # sbatch exports the environment: the job's in-job helpers run with the Python
+        # that submitted it (the one with resched installed), unless the user chose one.
+        env.setdefault("RESCHED_PYTHON", sys.executable)
+        done = subprocess.run(list(job.argv), capture_output=True, text=True, env=env, check=False)
         if done.returncode != 0:
             raise BackendError(
                 f"sbatch refused group {job.group}: {done.stderr.strip() or done.stdout.strip()}",
