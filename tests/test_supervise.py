@@ -356,3 +356,15 @@ def test_real_scanner_line_numbers_survive_blank_lines_partial_writes_and_bursts
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", "after")
     if not flood_mb:
         assert run.stdout_tail[:6] == ("first", "", "", "second", "half of a line", "")
+
+
+def test_a_stopped_command_is_continued_so_it_can_handle_sigterm(tmp_path: Path) -> None:
+    script = write_script(tmp_path / "stopped.sh", (
+        "#!/bin/bash\n"
+        f"trap 'echo graceful > {tmp_path}/graceful; exit 0' TERM\n"
+        "echo working\nkill -STOP $$\nsleep 600\n"
+    ))
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=5.0, hang=HangSettings(fixed_s=0.5))
+    assert run.hung
+    assert (tmp_path / "graceful").read_text() == "graceful\n"
+    assert run.exit_code == 0  # it shut down by itself, no SIGKILL needed

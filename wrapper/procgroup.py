@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -48,6 +49,13 @@ def _stat_fields(pid: str) -> tuple[str, int, int] | None:
     if len(fields) < 3:
         return None
     return fields[0].decode(), int(fields[1]), int(fields[2])
+
+
+def stop_group(pgid: int, signum: int) -> None:
+    """Send a stop signal, then SIGCONT: a stopped (SIGSTOP'd, traced) process only acts
+    on its SIGTERM once continued, and should get to shut down gracefully (as NVRx does)."""
+    kill_group(pgid, signum)
+    kill_group(pgid, signal.SIGCONT)
 
 
 def group_members(pgid: int) -> list[tuple[int, str, int]]:

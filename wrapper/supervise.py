@@ -22,7 +22,13 @@ from pathlib import Path
 
 from wrapper.hang import HangDetector, HangSettings
 from wrapper.linesink import LineSink
-from wrapper.procgroup import become_subreaper, group_members, kill_group, reap_group_zombies
+from wrapper.procgroup import (
+    become_subreaper,
+    group_members,
+    kill_group,
+    reap_group_zombies,
+    stop_group,
+)
 
 # SIGHUP too: a closed terminal must not leave the command running without its wrapper.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGHUP)
@@ -62,12 +68,12 @@ class SignalRelay:
             self.requested_signum = signum
         self._wakeup.set()
         if self._pgid is not None:
-            kill_group(self._pgid, signum)
+            stop_group(self._pgid, signum)
 
     def attach(self, pgid: int) -> None:
         self._pgid = pgid
         if self.requested_signum is not None:  # arrived between spawn and attach
-            kill_group(pgid, self.requested_signum)
+            stop_group(pgid, self.requested_signum)
 
     def detach(self) -> None:
         self._pgid = None
@@ -231,7 +237,7 @@ class Supervisor:
                 hung = True
                 if self.on_hang is not None:
                     self.on_hang(detector.silent_for(now), detector.timeout_s() or 0.0)
-                kill_group(proc.pid, signal.SIGTERM)
+                stop_group(proc.pid, signal.SIGTERM)
                 kill_deadline = now + options.grace_s
             elif kill_deadline is not None and now >= kill_deadline:
                 kill_group(proc.pid, signal.SIGKILL)
@@ -254,7 +260,7 @@ class Supervisor:
         leftovers = group_members(pgid)
         if not leftovers:
             return 0
-        kill_group(pgid, signal.SIGTERM)
+        stop_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self._sweep_grace_s
         while group_members(pgid) and time.monotonic() < deadline:
             reap_group_zombies(pgid)
