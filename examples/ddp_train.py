@@ -98,7 +98,10 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 
 
 def say(text: str) -> None:
-    print(f"{PREFIX} {text}", flush=True)
+    """One write(2) per line: a kill cannot leave half a line for the next attempt's
+    first line to be glued to (the timeline parser matches lines from their start)."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), f"{PREFIX} {text}\n".encode())
 
 
 def load_heartbeat() -> Callable[[], None]:
