@@ -27,6 +27,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+sys.path.insert(0, str(REPO))
+
+from wrapper.linesink import enlarge_pipe
 
 PRODUCER = """
 import sys
@@ -81,6 +84,7 @@ def drain(argv: list[str]) -> tuple[int, float, float]:
                             env=child_env(), cwd=REPO)
     assert proc.stdout is not None
     fd, received, first = proc.stdout.fileno(), 0, None
+    enlarge_pipe(fd)  # the same 1 MiB pipe the wrapper gives its command: a fair baseline
     while True:
         chunk = os.read(fd, 1 << 16)  # 64 KiB: 1 MiB reads allocate a fresh buffer each time
         if not chunk:
