@@ -31,7 +31,8 @@ class Collected:
 
 
 def supervise(
-    argv: list[str], tmp_path: Path, *, grace_s: float = 5.0, hang: HangSettings | None = None,
+    argv: list[str], tmp_path: Path, *, grace_s: float = 5.0, hang_grace_s: float = 5.0,
+    hang: HangSettings | None = None,
     relay: SignalRelay | None = None, heartbeat: bool = False, env: dict[str, str] | None = None,
 ) -> tuple[SupervisedRun, Collected, Supervisor]:
     collected = Collected()
@@ -46,7 +47,8 @@ def supervise(
     try:
         supervisor = Supervisor(
             argv, env=environment, feed_text=collected, relay=relay or SignalRelay(),
-            options=SuperviseOptions(grace_s=grace_s, hang=hang or HangSettings(),
+            options=SuperviseOptions(grace_s=grace_s, hang_grace_s=hang_grace_s,
+                                     hang=hang or HangSettings(),
                                      heartbeat_file=heartbeat_file, poll_s=0.02,
                                      stdout_fd=out.fileno(), stderr_fd=err.fileno()),
         )
@@ -178,6 +180,20 @@ def _spawn_stubborn_grandchild(tmp_path: Path) -> Path:
 def test_hang_kill_reaches_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
     script = _spawn_stubborn_grandchild(tmp_path)
     run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5, hang=HangSettings(fixed_s=0.5))
+    grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
+    assert run.hung
+    assert not pid_alive(grandchild)
+
+
+@pytest.mark.timeout(60)
+def test_a_hung_group_gets_the_short_hang_grace_not_the_preemption_grace(
+    tmp_path: Path,
+) -> None:
+    """A hung rank cannot checkpoint: waiting the 1-hour preemption grace would only
+    burn the allocation. The pytest timeout fails the test if the long grace is used."""
+    script = _spawn_stubborn_grandchild(tmp_path)
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=3600.0, hang_grace_s=0.5,
+                          hang=HangSettings(fixed_s=0.5))
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert run.hung
     assert not pid_alive(grandchild)

@@ -68,7 +68,8 @@ class AttemptRunner:
         feed = _ScanFeed(self.judge.new_scanner())
         supervisor = Supervisor(
             config.command, env=self._attempt_env(attempt, artifacts),
-            options=SuperviseOptions(grace_s=config.grace_s, hang=hang,
+            options=SuperviseOptions(grace_s=config.grace_s, hang_grace_s=config.hang_grace_s,
+                                     hang=hang,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
             feed_text=feed, relay=self.relay, clock=self.clock,
             on_hang=lambda silent, timeout: emit_event("failure_detected", {

@@ -107,6 +107,9 @@ class SupervisedRun:
 @dataclass(frozen=True)
 class SuperviseOptions:
     grace_s: float = 30.0
+    # A hung group cannot checkpoint (its ranks are stuck in a collective or stopped), so
+    # it gets a short grace: the full preemption grace would only add dead time.
+    hang_grace_s: float = 5.0
     hang: HangSettings = field(default_factory=HangSettings)
     heartbeat_file: Path | None = None
     poll_s: float = 0.05
@@ -238,7 +241,7 @@ class Supervisor:
                 if self.on_hang is not None:
                     self.on_hang(detector.silent_for(now), detector.timeout_s() or 0.0)
                 stop_group(proc.pid, signal.SIGTERM)
-                kill_deadline = now + options.grace_s
+                kill_deadline = now + min(options.grace_s, options.hang_grace_s)
             elif kill_deadline is not None and now >= kill_deadline:
                 kill_group(proc.pid, signal.SIGKILL)
             if kill_deadline is not None:

@@ -48,6 +48,7 @@ class WrapConfig:
     max_reschedules: int = 2
     reset_on_progress: bool = True
     grace_s: float = 30.0
+    hang_grace_s: float = 5.0
     hang: HangSettings = field(default_factory=HangSettings)
     heartbeat_file: Path | None = None
     checkpoint_dir: Path | None = None

@@ -43,6 +43,9 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Do not reset the budgets when the checkpoint step advanced.")
 @click.option("--grace", default="30", show_default=True, envvar="RESCHED_GRACE",
               help="Seconds between the forwarded stop signal and SIGKILL.")
+@click.option("--hang-grace", default="5", show_default=True, envvar="RESCHED_HANG_GRACE",
+              help="Seconds a hung group gets between SIGTERM and SIGKILL (it cannot "
+                   "checkpoint while hung; capped by --grace).")
 @click.option("--hang-timeout", default=None, envvar="RESCHED_HANG_TIMEOUT",
               help="No progress (heartbeat, or output lines without heartbeats) for this "
                    "long = hung; 'auto' calibrates like NVRx (auto,initial=30m,later=5m,"
@@ -69,7 +72,8 @@ def _seconds(value: str | None, flag: str) -> float | None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
-    max_reschedules: int, no_budget_reset: bool, grace: str, hang_timeout: str | None,
+    max_reschedules: int, no_budget_reset: bool, grace: str, hang_grace: str,
+    hang_timeout: str | None,
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
     expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
@@ -91,6 +95,7 @@ def wrap(
             max_reschedules=max_reschedules,
             reset_on_progress=not no_budget_reset,
             grace_s=_seconds(grace, "--grace") or 0.0,
+            hang_grace_s=_seconds(hang_grace, "--hang-grace") or 0.0,
             hang=parse_hang_timeout(hang_timeout),
             heartbeat_file=heartbeat_file,
             checkpoint_dir=checkpoint_dir,
