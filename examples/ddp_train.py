@@ -518,6 +518,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)  # thread count changes float reduction order
     stop = install_stop_handler()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.fault and not 0 <= cfg.fail_rank < world:
+        raise SystemExit(f"{PREFIX} error: --fail-rank {cfg.fail_rank} is not a rank of this "
+                         f"run (world size {world}); use 0..{world - 1}")
     rank, world = init_distributed()
     start_orphan_guard()
     heartbeat = load_heartbeat()
