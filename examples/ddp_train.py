@@ -106,14 +106,15 @@ def say(text: str) -> None:
 
 def load_heartbeat() -> Callable[[], None]:
     """wrapper.heartbeat when resched is importable, else the same env-file contract."""
+    beat: object = None
     try:
-        from wrapper import heartbeat as beat  # type: ignore[attr-defined]
+        from wrapper import heartbeat as beat
     except ImportError:
-        beat = None
+        pass
     if beat is not None and not callable(beat):  # the submodule shadowed the function
         beat = getattr(beat, "heartbeat", None)
     if callable(beat):
-        return beat
+        return beat  # type: ignore[no-any-return]
     path = os.environ.get("RESCHED_HEARTBEAT_FILE")
 
     def touch() -> None:
