@@ -177,6 +177,27 @@ def _spawn_stubborn_grandchild(tmp_path: Path) -> Path:
     ))
 
 
+def test_a_rank_in_a_session_of_its_own_is_killed_when_its_launcher_exits(
+    tmp_path: Path,
+) -> None:
+    """torchrun starts its ranks in new sessions: a group kill misses them, and when the
+    launcher dies they would run on, holding the GPUs. The wrapper tracks the tree."""
+    script = write_script(tmp_path / "launcher.sh", (
+        "#!/bin/bash\n"
+        f"setsid bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/rank.pid; "
+        "while true; do sleep 0.1; done' &\n"
+        f"while [ ! -s {tmp_path}/rank.pid ]; do sleep 0.05; done\n"
+        "sleep 1.5\n"  # the wrapper's census sees the rank before the launcher dies
+        "exit 1\n"
+    ))
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5)
+    rank = int(wait_for_file(tmp_path / "rank.pid"))
+    assert os.getsid(os.getpid()) != rank  # the rank really was in a session of its own
+    assert run.exit_code == 1
+    assert run.leftover_processes_killed >= 1
+    assert not pid_alive(rank)
+
+
 def test_hang_kill_reaches_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
     script = _spawn_stubborn_grandchild(tmp_path)
     run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5, hang=HangSettings(fixed_s=0.5))

@@ -1,8 +1,13 @@
-"""Process-group helpers on Linux: list, signal and reap the members of a group.
+"""Process-group helpers on Linux: list, signal and reap the processes of a task.
 
-Membership is read from ``/proc/<pid>/stat`` (field ``pgrp``), which also lists zombies,
-so "the group is empty" means every member has been reaped. Elsewhere ``killpg(pgid, 0)``
-is the fallback.
+A task's processes are its process group AND every descendant of it: launchers start
+ranks in sessions of their own (torchrun's workers leave the group), so a group kill
+alone would leave ranks running, holding GPUs. Descendants are found through the
+``ppid`` links in ``/proc/<pid>/stat``; once their parent dies they are re-parented to
+the wrapper (a subreaper), so every process ever seen in a task's tree is remembered
+by (pid, start time) and stays a member until it is reaped; the start time guards
+against a recycled pid. Zombies are listed too, so "no members" means all were
+reaped. Elsewhere ``killpg(pgid, 0)`` is the fallback.
 """
 
 from __future__ import annotations
@@ -29,16 +34,30 @@ def become_subreaper() -> None:
     _subreaper_set = True
 
 
+# pgid -> {pid: start time} of every process seen in that task's tree.
+_known: dict[int, dict[int, int]] = {}
+
+
 def kill_group(pgid: int, signum: int) -> None:
-    """Signal every member of the group; a group that is already gone is fine."""
+    """Signal every process of the task; processes already gone are fine."""
     try:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+    for pid, _state, _ppid in group_members(pgid):
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
-def _stat_fields(pid: str) -> tuple[str, int, int] | None:
-    """(state, ppid, pgrp) of a process, or None if it vanished."""
+def forget_group(pgid: int) -> None:
+    """Drop what was remembered about a task whose processes are all reaped."""
+    _known.pop(pgid, None)
+
+
+def _stat_fields(pid: str) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgrp, start time) of a process, or None if it vanished."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
@@ -46,9 +65,9 @@ def _stat_fields(pid: str) -> tuple[str, int, int] | None:
         return None
     # The command name is in parentheses and may itself contain spaces or ')'.
     fields = data[data.rfind(b")") + 2:].split()
-    if len(fields) < 3:
+    if len(fields) < 20:
         return None
-    return fields[0].decode(), int(fields[1]), int(fields[2])
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
 
 
 def stop_group(pgid: int, signum: int) -> None:
@@ -59,21 +78,37 @@ def stop_group(pgid: int, signum: int) -> None:
 
 
 def group_members(pgid: int) -> list[tuple[int, str, int]]:
-    """(pid, state, ppid) of every process in the group, zombies included."""
+    """(pid, state, ppid) of every process of the task, zombies included: the group,
+    its descendants (in whatever session) and remembered members re-parented since."""
     if not os.path.isdir("/proc/self"):
         try:
             os.killpg(pgid, 0)
         except (ProcessLookupError, PermissionError):
             return []
         return [(pgid, "?", 0)]
-    members = []
+    table: dict[int, tuple[str, int, int, int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(entry)
-        if fields is not None and fields[2] == pgid:
-            members.append((int(entry), fields[0], fields[1]))
-    return members
+        if entry.isdigit():
+            fields = _stat_fields(entry)
+            if fields is not None:
+                table[int(entry)] = fields
+    known = _known.setdefault(pgid, {})
+    members = {
+        pid for pid, (_, _, pgrp, start) in table.items()
+        if pgrp == pgid or known.get(pid) == start
+    }
+    children: dict[int, list[int]] = {}
+    for pid, (_, ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    stack = list(members)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in members:
+                members.add(child)
+                stack.append(child)
+    members.discard(os.getpid())
+    _known[pgid] = {pid: table[pid][3] for pid in members}
+    return [(pid, table[pid][0], table[pid][1]) for pid in sorted(members)]
 
 
 def reap_group_zombies(pgid: int) -> None:

@@ -24,6 +24,7 @@ from wrapper.hang import HangDetector, HangSettings
 from wrapper.linesink import LineSink
 from wrapper.procgroup import (
     become_subreaper,
+    forget_group,
     group_members,
     kill_group,
     reap_group_zombies,
@@ -117,6 +118,8 @@ class SuperviseOptions:
     stdout_fd: int = 1
     stderr_fd: int = 2
 
+
+_CENSUS_INTERVAL_S = 0.5  # how often the watch loop records the task's process tree
 
 FeedText = Callable[[str, str], object]  # (whole lines joined by "\n", stream name)
 OnHang = Callable[[float, float], None]  # (silent_for_s, timeout_s)
@@ -223,8 +226,14 @@ class Supervisor:
         lines_seen = 0
         hung, stop_signal = False, None
         kill_deadline: float | None = None
+        next_census = 0.0
         while proc.poll() is None:
             now = self.clock()
+            if now >= next_census:
+                # Remember the task's processes (ranks in sessions of their own too), so
+                # they are still found and killed after their launcher has died.
+                group_members(proc.pid)
+                next_census = now + _CENSUS_INTERVAL_S
             mtime = _mtime_ns(options.heartbeat_file)
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
@@ -262,6 +271,7 @@ class Supervisor:
         pgid = proc.pid
         leftovers = group_members(pgid)
         if not leftovers:
+            forget_group(pgid)
             return 0
         stop_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + self._sweep_grace_s
@@ -274,6 +284,7 @@ class Supervisor:
             kill_group(pgid, signal.SIGKILL)
             reap_group_zombies(pgid)
             time.sleep(0.01)
+        forget_group(pgid)
         return len(leftovers)
 
 
