@@ -63,6 +63,50 @@ def test_summary_root_cause_is_the_marked_entry_not_the_smallest_rank() -> None:
     assert all(lines[f.lineno - 1].strip().startswith("exitcode") for f in failures)
 
 
+_KILL_RACE_SUMMARY = """\
+============================================================
+/tmp/job/train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-21_07:10:49
+  host      : vm
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 708)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 708
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-21_07:10:48
+  host      : vm
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 707)
+  error_file: /tmp/attempt/0/error.json
+  traceback : Signal 15 (SIGTERM) received by PID 707
+============================================================
+"""
+
+
+def test_a_root_cause_the_launcher_sigtermed_itself_yields_to_the_killed_rank() -> None:
+    """torchrun dates a rank without an error file by when it noticed the exit, so the
+    SIGKILLed rank 1 looks later than rank 0, which failed on the broken connection and
+    which torchrun then stopped (-15). The root cause is the killed rank."""
+    lines = tuple(_KILL_RACE_SUMMARY.splitlines())
+    report = recover(summaries=[SummaryBlock("run.log", lines, 1)])
+    assert report.root_cause is not None
+    assert (report.root_cause.rank, report.root_cause.exit_code) == (1, -9)
+    diagnosis = classify(Evidence(exit_code=1, launcher_summary_lines=lines, launcher="torchrun"), RULES)
+    assert (diagnosis.rule_id, diagnosis.decision, diagnosis.root_cause_rank) == (
+        "killed-by-signal", "retry", 1)
+
+
+def test_a_sigtermed_root_cause_stands_when_every_rank_was_sigtermed() -> None:
+    lines = tuple(_KILL_RACE_SUMMARY.replace("-9 (pid: 708)", "-15 (pid: 708)").splitlines())
+    report = recover(summaries=[SummaryBlock("run.log", lines, 1)])
+    assert report.root_cause is not None and report.root_cause.rank == 0
+
+
 def test_summary_fields_outside_a_table_are_not_failures() -> None:
     assert parse_failure_summary(["time : 3.2 s", "rank : 4", "exitcode : 1 (pid: 5)"]) == []
 

@@ -362,8 +362,15 @@ def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
 def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
     if not failures:
         return None
+    # The launcher's own pick is trusted unless it names a worker it SIGTERMed itself:
+    # torchrun dates a worker without an error file by when it noticed the exit, so a
+    # SIGKILLed rank can look later than the peer that then failed on the broken
+    # connection and that torchrun stopped (exit -15). That peer is the cascade.
     marked = [f for f in failures if f.marked_root_cause]
-    if marked:
+    if marked and (
+        marked[0].exit_code not in _AGENT_SIGTERM_CODES
+        or all(f.exit_code in _AGENT_SIGTERM_CODES for f in failures)
+    ):
         return marked[0]
 
     def key(f: RankFailure) -> tuple[int, float, int]:
