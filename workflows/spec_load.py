@@ -47,7 +47,7 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
             where=f"{source}{line}",
             fix="check indentation and quoting there; `resched render` shows the rendered text",
         ) from None
-    lines = dict(_line_map(node, ())) if node is not None else {}
+    lines = dict(line_map(node, ())) if node is not None else {}
     if not isinstance(data, dict) or "workflow" not in data:
         raise SpecError(
             "the rendered spec has no `workflow:` mapping",
@@ -75,18 +75,19 @@ def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
     return node, data
 
 
-def _line_map(node: yaml.Node, path: Loc) -> Iterator[tuple[Loc, int]]:
+def line_map(node: yaml.Node, path: Loc = ()) -> Iterator[tuple[Loc, int]]:
+    """(YAML path, 1-based line) of every key and item below ``node``."""
     yield path, node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             key_path = (*path, key.value)
             yield key_path, key.start_mark.line + 1
-            for sub_path, line in _line_map(value, key_path):
+            for sub_path, line in line_map(value, key_path):
                 if sub_path != key_path:
                     yield sub_path, line
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            yield from _line_map(item, (*path, index))
+            yield from line_map(item, (*path, index))
 
 
 def format_loc(loc: Loc) -> str:

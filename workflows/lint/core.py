@@ -8,7 +8,7 @@ that validated. Paths are YAML paths of the RENDERED workflow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +18,7 @@ import yaml
 
 from workflows.lint.locate import LineMapper
 from workflows.spec import Group, Task, Workflow
+from workflows.spec_load import format_loc, line_map
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -129,7 +130,7 @@ class LintContext:
             node = yaml.compose(self.rendered.text, Loader=_LOADER)
         except yaml.YAMLError:
             return {}
-        return dict(_line_map(node, "")) if node is not None else {}
+        return {format_loc(loc): line for loc, line in line_map(node)} if node is not None else {}
 
     def line_of(self, path: str) -> int | None:
         """The source line of a YAML path (nearest known parent), through the rendered text."""
@@ -149,20 +150,6 @@ class LintContext:
 
 
 Rule = Callable[[LintContext], Iterable[Finding]]
-
-
-def _line_map(node: yaml.Node, path: str) -> Iterator[tuple[str, int]]:
-    yield path, node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            key_path = f"{path}.{key.value}" if path else str(key.value)
-            yield key_path, key.start_mark.line + 1
-            for sub_path, line in _line_map(value, key_path):
-                if sub_path != key_path:
-                    yield sub_path, line
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            yield from _line_map(item, f"{path}[{index}]")
 
 
 def _parent(path: str) -> str:
