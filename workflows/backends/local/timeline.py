@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from wrapper.launcher_logs import strip_ansi
+
 _WRAPPER_EVENT = re.compile(r"^resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
 _STEP = re.compile(r"^resched-train: step (?P<step>\d+)\b")
 _RESUMED = re.compile(r"^resched-train: resumed from step (?P<step>\d+)")
 _SAVED = re.compile(r"^resched-train: checkpoint step (?P<step>\d+)(?: save_s (?P<s>[0-9.]+))?")
 _CHECKSUM = re.compile(r"^resched-train: final checksum (?P<sum>[0-9a-fA-F]+)")
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Timeline:
 
 def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int) -> Event | None:
     """Turn one output line of ``task`` into a timeline event when it is one."""
-    text = _ANSI.sub("", line).rstrip("\r\n")
+    text = strip_ansi(line).rstrip("\r\n")
     match = _WRAPPER_EVENT.match(text)
     if match:
         try:
