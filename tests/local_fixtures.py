@@ -40,12 +40,15 @@ def write_workflow(directory: Path, text: str, name: str = "wf.yaml") -> Path:
     return path
 
 
-def run_local(spec: Path, *args: str, workdir: Path, timeout: float = 240) -> LocalRun:
+def run_local(spec: Path, *args: str, workdir: Path, timeout: float = 240,
+              path_prefix: Path | None = None) -> LocalRun:
     """``resched run SPEC ARGS`` in a subprocess, with the report read back."""
     report = workdir.parent / f"{workdir.name}-report.json"
     argv = [RESCHED, "run", str(spec), "--workdir", str(workdir), "--report", str(report),
             "--progress", "plain", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    if path_prefix is not None:
+        env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=spec.parent, check=False)
     data = json.loads(report.read_text()) if report.exists() else {}

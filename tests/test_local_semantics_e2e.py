@@ -46,6 +46,30 @@ def test_two_tasks_writing_the_same_tmp_file_do_not_see_each_other(tmp_path: Pat
     assert not Path("/tmp/extra").exists() or Path("/tmp/extra").read_text() != "b-was-here\n"
 
 
+def test_software_installed_under_tmp_stays_visible_behind_the_private_tmp(
+    tmp_path: Path,
+) -> None:
+    """A checkout and its virtualenv under /tmp (as a CI clone may be) must not vanish
+    behind a task's private /tmp: PATH entries, the Python prefix and the current
+    directory under /tmp are bound back in."""
+    tools = tmp_path / "tools" / "bin"
+    tools.mkdir(parents=True)
+    tool = tools / "resched-test-tool"
+    tool.write_text("#!/bin/sh\necho tool-ran > \"$1\"/seen\n")
+    tool.chmod(0o755)
+    (tmp_path / "spec").mkdir()
+    spec = write_workflow(tmp_path / "spec", """
+        workflow:
+          name: tools-under-tmp
+          tasks:
+          - name: a
+            command: ["resched-test-tool", "{{output}}"]
+    """)
+    run = run_local(spec, workdir=tmp_path / "work", path_prefix=tools)
+    assert run.returncode == 0, run.stderr
+    assert (run.workdir / "tasks/a/output/seen").read_text() == "tool-ran\n"
+
+
 def test_tokens_are_substituted_in_command_environment_and_files(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()

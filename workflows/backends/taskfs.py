@@ -25,7 +25,8 @@ import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -69,6 +70,28 @@ class TaskFile:
 def is_under_tmp(path: str | Path) -> bool:
     path = Path(os.path.normpath(str(path)))
     return path == _TMP or _TMP in path.parents
+
+
+def software_paths(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """Host paths under ``/tmp`` that a task needs to run this machine's software: the
+    Python environment resched runs from, ``PATH`` / ``PYTHONPATH`` entries and the
+    current directory. A checkout (and its virtualenv) under ``/tmp`` would otherwise
+    vanish behind the task's private ``/tmp`` and `resched` would not be found."""
+    environ = os.environ if env is None else env
+    candidates = [Path(sys.prefix), Path(sys.executable).parent, Path.cwd()]
+    for variable in ("PATH", "PYTHONPATH"):
+        candidates += [Path(p) for p in environ.get(variable, "").split(os.pathsep) if p]
+    return outermost(p for p in candidates if p.is_absolute() and is_under_tmp(p) and p != _TMP)
+
+
+def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """Distinct paths with the ones inside another listed path dropped (one bind covers them)."""
+    unique = sorted({Path(os.path.normpath(str(p))) for p in paths}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in unique:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return tuple(kept)
 
 
 def host_path(view_path: str | Path, task_dir: Path) -> Path:

@@ -109,7 +109,8 @@ class Executor:
         for task in self.plan.tasks:
             taskfs.check_file_paths(task.files)
         hook = install_hook(workdir / "chaos-hook") if self.chaos_plan.needs_exit_hook else None
-        self.ctx = RunContext(self.timeline, mode, (workdir.resolve(),), hook,
+        keep = taskfs.outermost((workdir.resolve(), *taskfs.software_paths()))
+        self.ctx = RunContext(self.timeline, mode, keep, hook,
                               on_output=self.progress.task_output)
         self.chaos = ChaosDriver(self.chaos_plan, [t.name for t in self.plan.tasks], self.timeline,
                                  stop_grace_s=self.options.stop_grace_s, clock=self.clock)

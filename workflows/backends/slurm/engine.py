@@ -12,6 +12,12 @@ JOB_ROOT="$WORKDIR/$SLURM_JOB_ID"              # the same for every run of this 
 RUN_DIR="$JOB_ROOT/allocation-$ALLOCATION"     # fresh per run: a new /tmp per task, like a new pod
 ALLOCATIONS_LOG="$JOB_ROOT/allocations.log"    # one line per run: allocation, nodes, result, task, exit code, reason
 mkdir -p "$RUN_DIR/tasks" "${SHARED_PATHS[@]}"
+# The software the tasks run (PATH entries, the helper Python's environment) may live
+# under /tmp too, e.g. a checkout with its virtualenv: keep it visible in private /tmps.
+IFS=: read -ra PATH_ENTRIES <<<"$PATH"
+for entry in "${PATH_ENTRIES[@]}" "$(dirname "$(dirname "$(command -v "$RESCHED_PYTHON")")")"; do
+    case $entry in /tmp/?*) [ -d "$entry" ] && SHARED_PATHS+=("$entry") ;; esac
+done
 say() { echo "resched[$SLURM_JOB_ID/$ALLOCATION] $(date -u +%H:%M:%S.%3N): $*"; }
 record() { # result task exit-code reason
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$ALLOCATION" "$SLURM_JOB_NODELIST" "$1" "$2" "$3" "$4" >>"$ALLOCATIONS_LOG"
