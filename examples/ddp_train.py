@@ -384,8 +384,13 @@ def megatron_exit(trainer: Trainer, step: int) -> None:
         for line in lines:
             print(line, file=sys.stderr, flush=True)
     trainer.save(step - 1, last=True)  # the state before the suspicious iteration, to rerun it
-    dist.destroy_process_group()  # exiting with a live gloo group aborts the interpreter
-    sys.exit(code)
+    # os._exit, not destroy_process_group + sys.exit: tearing gloo down can block on a
+    # peer that already left, and the launcher would then SIGKILL this rank after its
+    # stop timeout instead of seeing Megatron's exit code (interpreter teardown with a
+    # live gloo group aborts, so skip it).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def fire_fault(trainer: Trainer, step: int) -> None:
