@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import wrapper
 from workflows.errors import BackendError
 
 MODES = ("unshare", "unshare-user", "bwrap", "rewrite")
@@ -74,11 +75,13 @@ def is_under_tmp(path: str | Path) -> bool:
 
 def software_paths(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
     """Host paths under ``/tmp`` that a task needs to run this machine's software: the
-    Python environment resched runs from, ``PATH`` / ``PYTHONPATH`` entries and the
-    current directory. A checkout (and its virtualenv) under ``/tmp`` would otherwise
+    Python environment resched runs from, resched's own source (an editable install),
+    ``PATH`` / ``PYTHONPATH`` entries and the current directory. A checkout (and its virtualenv) under ``/tmp`` would otherwise
     vanish behind the task's private ``/tmp`` and `resched` would not be found."""
     environ = os.environ if env is None else env
-    candidates = [Path(sys.prefix), Path(sys.executable).parent, Path.cwd()]
+    candidates = [Path(sys.prefix), Path(sys.executable).parent, Path.cwd(),
+                  # resched's own packages (with an editable install: the checkout)
+                  Path(wrapper.__file__).resolve().parent.parent]
     for variable in ("PATH", "PYTHONPATH"):
         candidates += [Path(p) for p in environ.get(variable, "").split(os.pathsep) if p]
     return outermost(p for p in candidates if p.is_absolute() and is_under_tmp(p) and p != _TMP)

@@ -15,7 +15,8 @@ mkdir -p "$RUN_DIR/tasks" "${SHARED_PATHS[@]}"
 # The software the tasks run (PATH entries, the helper Python's environment) may live
 # under /tmp too, e.g. a checkout with its virtualenv: keep it visible in private /tmps.
 IFS=: read -ra PATH_ENTRIES <<<"$PATH"
-for entry in "${PATH_ENTRIES[@]}" "$(dirname "$(dirname "$(command -v "$RESCHED_PYTHON")")")"; do
+RESCHED_SOURCE=$("$RESCHED_PYTHON" -c 'import os, wrapper; print(os.path.dirname(os.path.dirname(os.path.abspath(wrapper.__file__))))' 2>/dev/null || true)
+for entry in "${PATH_ENTRIES[@]}" "$(dirname "$(dirname "$(command -v "$RESCHED_PYTHON")")")" "$RESCHED_SOURCE"; do
     case $entry in /tmp/?*) [ -d "$entry" ] && SHARED_PATHS+=("$entry") ;; esac
 done
 say() { echo "resched[$SLURM_JOB_ID/$ALLOCATION] $(date -u +%H:%M:%S.%3N): $*"; }
