@@ -101,6 +101,30 @@ def test_a_root_cause_the_launcher_sigtermed_itself_yields_to_the_killed_rank() 
         "killed-by-signal", "retry", 1)
 
 
+def _error_file(root: Path, rank: int, message: str, timestamp: int) -> Path:
+    path = root / "attempt_0" / str(rank) / "error.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": "Traceback ...", "timestamp": str(timestamp)}}}))
+    return path
+
+
+def test_a_peer_that_died_of_the_broken_connection_is_not_the_root_cause(tmp_path: Path) -> None:
+    """Rank 1's NCCL error broke the collective; rank 0 died of 'Connection closed by
+    peer' but its error file happened to be written first. The root cause is rank 1."""
+    files = [
+        _error_file(tmp_path, 0, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553]"
+                    " Connection closed by peer [127.0.0.1]:16307", 1000),
+        _error_file(tmp_path, 1, "torch.distributed.DistBackendError: NCCL error in: "
+                    "ProcessGroupNCCL.cpp:1970, remote process exited or there was a network "
+                    "error\nncclRemoteError: ...", 1001),
+    ]
+    report = recover(error_files=files)
+    assert report.root_cause is not None and report.root_cause.rank == 1
+    diagnosis = classify_artifacts(logs=[], error_files=files, exit_code=1, signal=None, rules=RULES)
+    assert (diagnosis.rule_id, diagnosis.root_cause_rank) == ("nccl-error", 1)
+
+
 def test_a_sigtermed_root_cause_stands_when_every_rank_was_sigtermed() -> None:
     lines = tuple(_KILL_RACE_SUMMARY.replace("-9 (pid: 708)", "-15 (pid: 708)").splitlines())
     report = recover(summaries=[SummaryBlock("run.log", lines, 1)])

@@ -40,6 +40,12 @@ _AGENT_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \
 _ERROR_FILE_RANK_RE = re.compile(r"/attempt_\d+/(\d+)/error\.json$")
 _TRACKER_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
 _AGENT_SIGTERM_CODES = (-15, 143)  # the agent stops the other workers with SIGTERM
+# What a rank dies of when a PEER failed first (failure-taxonomy: cascades).
+_CASCADE_MESSAGE_RE = re.compile(
+    r"Connection (?:closed|reset) by peer|communicator was aborted"
+    r"|Watchdog caught collective operation timeout|watchdog thread terminated with exception",
+    re.IGNORECASE,
+)
 
 
 def strip_ansi(text: str) -> str:
@@ -362,23 +368,28 @@ def _merge(failures: Iterable[RankFailure]) -> list[RankFailure]:
 def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
     if not failures:
         return None
-    # The launcher's own pick is trusted unless it names a worker it SIGTERMed itself:
-    # torchrun dates a worker without an error file by when it noticed the exit, so a
-    # SIGKILLed rank can look later than the peer that then failed on the broken
-    # connection and that torchrun stopped (exit -15). That peer is the cascade.
+    # The launcher's own pick is trusted unless it is a cascade while a real failure
+    # exists: torchrun dates a worker without an error file by when it noticed the exit,
+    # and a rank's error file by when its exception reached @record, so a peer that died
+    # of the broken connection (or that torchrun then SIGTERMed) can look earlier than
+    # the rank whose failure broke it.
     marked = [f for f in failures if f.marked_root_cause]
-    if marked and (
-        marked[0].exit_code not in _AGENT_SIGTERM_CODES
-        or all(f.exit_code in _AGENT_SIGTERM_CODES for f in failures)
-    ):
+    best = min(failures, key=_root_cause_key)
+    if marked and _cascade_level(marked[0]) <= _cascade_level(best):
         return marked[0]
+    return best
 
-    def key(f: RankFailure) -> tuple[int, float, int]:
-        cascade = 1 if f.exit_code in _AGENT_SIGTERM_CODES else 0
-        timestamp = f.timestamp if f.timestamp is not None else float("inf")
-        return (cascade, timestamp, f.rank if f.rank is not None else 1 << 30)
 
-    return min(failures, key=key)
+def _cascade_level(failure: RankFailure) -> int:
+    """0: a failure of its own; 1: died of a peer's failure; 2: stopped by the launcher."""
+    if failure.exit_code in _AGENT_SIGTERM_CODES:
+        return 2
+    return 1 if _CASCADE_MESSAGE_RE.search(failure.message or "") else 0
+
+
+def _root_cause_key(failure: RankFailure) -> tuple[int, float, int]:
+    timestamp = failure.timestamp if failure.timestamp is not None else float("inf")
+    return (_cascade_level(failure), timestamp, failure.rank if failure.rank is not None else 1 << 30)
 
 
 @dataclass(frozen=True)
