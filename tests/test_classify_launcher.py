@@ -3,6 +3,7 @@ including real torchrun runs (gloo / CPU) where the launcher hides a worker's ex
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -123,6 +124,24 @@ def test_a_peer_that_died_of_the_broken_connection_is_not_the_root_cause(tmp_pat
     assert report.root_cause is not None and report.root_cause.rank == 1
     diagnosis = classify_artifacts(logs=[], error_files=files, exit_code=1, signal=None, rules=RULES)
     assert (diagnosis.rule_id, diagnosis.root_cause_rank) == ("nccl-error", 1)
+
+
+def test_at_the_same_moment_the_failure_that_says_why_is_the_root_cause(tmp_path: Path) -> None:
+    """Rank 1 raised CUDA OOM; rank 0 segfaulted while gloo tore down (no error file) and
+    torchrun noticed that a second before rank 1's error file was written and named it
+    root cause. The root cause is the OOM on rank 1."""
+    summary = _KILL_RACE_SUMMARY.replace("-9 (pid: 708)", "1 (pid: 708)").replace(
+        "error_file: <N/A>", f"error_file: {tmp_path}/attempt_0/1/error.json").replace(
+        "-15 (pid: 707)", "-11 (pid: 707)").replace(
+        "error_file: /tmp/attempt/0/error.json", "error_file: <N/A>")
+    oom = _error_file(tmp_path, 1, "torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                      "allocate 2.00 GiB", _epoch("2026-11-21_07:10:49"))
+    report = recover(error_files=[oom], summaries=[SummaryBlock("run.log", tuple(summary.splitlines()), 1)])
+    assert report.root_cause is not None and report.root_cause.rank == 1
+
+
+def _epoch(stamp: str) -> int:
+    return int(datetime.datetime.strptime(stamp, "%Y-%m-%d_%H:%M:%S").timestamp())
 
 
 def test_a_sigtermed_root_cause_stands_when_every_rank_was_sigtermed() -> None:

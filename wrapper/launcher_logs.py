@@ -374,10 +374,34 @@ def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
     # of the broken connection (or that torchrun then SIGTERMed) can look earlier than
     # the rank whose failure broke it.
     marked = [f for f in failures if f.marked_root_cause]
-    best = min(failures, key=_root_cause_key)
-    if marked and _cascade_level(marked[0]) <= _cascade_level(best):
-        return marked[0]
-    return best
+    best = _best_failure(failures)
+    if not marked or marked[0] is best:
+        return best
+    pick = marked[0]
+    if _cascade_level(pick) != _cascade_level(best):
+        return pick if _cascade_level(pick) < _cascade_level(best) else best
+    close = (pick.timestamp is not None and best.timestamp is not None
+             and abs(pick.timestamp - best.timestamp) <= _SAME_MOMENT_S)
+    return best if close and not pick.exception_type and best.exception_type else pick
+
+
+# Failure times have one-second resolution (error files, the summary's `time`) and a
+# rank's error file is written only after its exception unwound (gloo teardown first),
+# so failures this close are "at the same moment": the one that says why wins.
+_SAME_MOMENT_S = 2.0
+
+
+def _best_failure(failures: Sequence[RankFailure]) -> RankFailure:
+    """Least cascade-like; then, among failures at the same moment as the earliest, one
+    with an exception (a peer that segfaulted while gloo tore down says nothing)."""
+    level = min(_cascade_level(f) for f in failures)
+    candidates = [f for f in failures if _cascade_level(f) == level]
+    first = min(candidates, key=_root_cause_key)
+    if first.exception_type or first.timestamp is None:
+        return first
+    near = [f for f in candidates if f.exception_type and f.timestamp is not None
+            and f.timestamp - first.timestamp <= _SAME_MOMENT_S]
+    return min(near, key=_root_cause_key) if near else first
 
 
 def _cascade_level(failure: RankFailure) -> int:
@@ -387,9 +411,11 @@ def _cascade_level(failure: RankFailure) -> int:
     return 1 if _CASCADE_MESSAGE_RE.search(failure.message or "") else 0
 
 
-def _root_cause_key(failure: RankFailure) -> tuple[int, float, int]:
+def _root_cause_key(failure: RankFailure) -> tuple[int, float, int, int]:
     timestamp = failure.timestamp if failure.timestamp is not None else float("inf")
-    return (_cascade_level(failure), timestamp, failure.rank if failure.rank is not None else 1 << 30)
+    silent = 0 if failure.exception_type else 1
+    rank = failure.rank if failure.rank is not None else 1 << 30
+    return (_cascade_level(failure), timestamp, silent, rank)
 
 
 @dataclass(frozen=True)
