@@ -386,9 +386,12 @@ def _root_cause(failures: Sequence[RankFailure]) -> RankFailure | None:
 
 
 # Failure times have one-second resolution (error files, the summary's `time`) and a
-# rank's error file is written only after its exception unwound (gloo teardown first),
-# so failures this close are "at the same moment": the one that says why wins.
-_SAME_MOMENT_S = 2.0
+# rank's error file is written only after its exception unwound (gloo teardown first,
+# seconds under load), while a peer that crashes silently in that teardown (SIGSEGV) is
+# dated when torchrun notices it. Within this window the failure that says why wins: in
+# a collective job every rank fails within moments of the first, and a silent crash
+# next to an explained error is the cascade far more often than the cause.
+_SAME_MOMENT_S = 30.0
 
 
 def _best_failure(failures: Sequence[RankFailure]) -> RankFailure:
