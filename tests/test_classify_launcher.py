@@ -144,6 +144,25 @@ def _epoch(stamp: str) -> int:
     return int(datetime.datetime.strptime(stamp, "%Y-%m-%d_%H:%M:%S").timestamp())
 
 
+def test_a_rank_that_raised_its_own_error_counts_even_if_the_launcher_sigtermed_it(
+    tmp_path: Path,
+) -> None:
+    """Rank 1 raised the NCCL error and was SIGTERMed by torchrun while exiting (-15);
+    rank 0 died of the closed connection (SIGABRT) and is torchrun's root cause."""
+    summary = _KILL_RACE_SUMMARY.replace("-9 (pid: 708)", "-15 (pid: 708)").replace(
+        "error_file: <N/A>", f"error_file: {tmp_path}/attempt_0/1/error.json").replace(
+        "-15 (pid: 707)", "-6 (pid: 707)").replace(
+        "error_file: /tmp/attempt/0/error.json", f"error_file: {tmp_path}/attempt_0/0/error.json")
+    files = [
+        _error_file(tmp_path, 0, "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553]"
+                    " Connection closed by peer [127.0.0.1]:16307", _epoch("2026-11-21_07:10:48")),
+        _error_file(tmp_path, 1, "torch.distributed.DistBackendError: NCCL error in: "
+                    "ProcessGroupNCCL.cpp:1970, ncclRemoteError: ...", _epoch("2026-11-21_07:10:49")),
+    ]
+    report = recover(error_files=files, summaries=[SummaryBlock("run.log", tuple(summary.splitlines()), 1)])
+    assert report.root_cause is not None and report.root_cause.rank == 1
+
+
 def test_a_sigtermed_root_cause_stands_when_every_rank_was_sigtermed() -> None:
     lines = tuple(_KILL_RACE_SUMMARY.replace("-9 (pid: 708)", "-15 (pid: 708)").splitlines())
     report = recover(summaries=[SummaryBlock("run.log", lines, 1)])

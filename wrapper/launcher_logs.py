@@ -40,6 +40,8 @@ _AGENT_FAILED_RE = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \
 _ERROR_FILE_RANK_RE = re.compile(r"/attempt_\d+/(\d+)/error\.json$")
 _TRACKER_KEY_RE = re.compile(r"(?:^|\s)([A-Za-z_]+)=")
 _AGENT_SIGTERM_CODES = (-15, 143)  # the agent stops the other workers with SIGTERM
+# The exception a rank raises when the launcher's SIGTERM itself stopped it.
+_STOPPED_MESSAGE_RE = re.compile(r"SignalException|got signal: 15|SIGTERM received", re.IGNORECASE)
 # What a rank dies of when a PEER failed first (failure-taxonomy: cascades).
 _CASCADE_MESSAGE_RE = re.compile(
     r"Connection (?:closed|reset) by peer|communicator was aborted"
@@ -408,10 +410,15 @@ def _best_failure(failures: Sequence[RankFailure]) -> RankFailure:
 
 
 def _cascade_level(failure: RankFailure) -> int:
-    """0: a failure of its own; 1: died of a peer's failure; 2: stopped by the launcher."""
-    if failure.exit_code in _AGENT_SIGTERM_CODES:
-        return 2
-    return 1 if _CASCADE_MESSAGE_RE.search(failure.message or "") else 0
+    """0: a failure of its own; 1: died of a peer's failure; 2: stopped by the launcher.
+
+    The recorded exception decides when there is one: a rank that raised its own error
+    and was SIGTERMed by the launcher while exiting still failed first."""
+    if failure.exception_type and not _STOPPED_MESSAGE_RE.search(
+        f"{failure.exception_type}: {failure.message}"
+    ):
+        return 1 if _CASCADE_MESSAGE_RE.search(failure.message or "") else 0
+    return 2 if failure.exit_code in _AGENT_SIGTERM_CODES else 0
 
 
 def _root_cause_key(failure: RankFailure) -> tuple[int, float, int, int]:
