@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from workflows.backends.local.ettr import ettr_lines, time_breakdown
 from workflows.backends.local.plan import LocalPlan
-from workflows.backends.local.report import duration_text, fault_metrics, run_metrics, summary_line
+from workflows.backends.local.report import fault_metrics, run_metrics, summary_line
 from workflows.backends.local.timeline import Event
 
 if TYPE_CHECKING:
@@ -73,27 +74,6 @@ def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str
     }
 
 
-def time_breakdown(events: Sequence[Event], faults: list[dict[str, Any]],
-                   metrics: dict[str, Any]) -> dict[str, float | None]:
-    """Where the wall time went (seconds); ``other`` is what none of the rest explains."""
-    wall = metrics["wall_s"]
-    step_s = metrics.get("step_s") or 0.0
-    started = next((e.t for e in events if e.kind == "run_started"), None)
-    first_step = next((e.t for e in events if e.kind == "step"), None)
-    parts: dict[str, float | None] = {
-        "startup": round(first_step - started, 3) if started and first_step else None,
-        "useful_steps": metrics.get("useful_s"),
-        "checkpoint_saves": round(sum(e.fields.get("save_s", 0.0) for e in events
-                                      if e.kind == "checkpoint_saved"), 3),
-        "detection": round(sum(f["detection_s"] or 0.0 for f in faults), 3),
-        "restart_to_first_step": round(sum(f["resume_s"] or 0.0 for f in faults), 3),
-        "recomputed_lost_steps": round(metrics.get("lost_steps", 0) * step_s, 3),
-    }
-    known = sum(v for v in parts.values() if v)
-    parts["other"] = round(wall - known, 3)
-    return parts
-
-
 def report_lines(report: dict[str, Any]) -> list[str]:
     lines = ["", f"run {report['run_id']}: {report['status']}"
              + (f" ({report['reason']})" if report["reason"] else "")]
@@ -117,8 +97,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"{f['restored_step']}), decision {f.get('decision') or '?'}")
     for spec in report["chaos_not_fired"]:
         lines.append(f"fault {spec}: not injected (its task was not running at that time)")
-    breakdown = ", ".join(f"{k} {v:.1f}s" for k, v in report["time_breakdown"].items() if v)
-    lines.append(f"time: {duration_text(report['metrics']['wall_s'])} = {breakdown}")
+    lines.extend(ettr_lines(report["metrics"], report["time_breakdown"], report.get("baseline")))
     if report["final_checksum"]:
         lines.append(f"final checksum {report['final_checksum']}")
     return lines
