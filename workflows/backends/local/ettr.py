@@ -50,7 +50,10 @@ def time_breakdown(events: Sequence[Event], faults: list[dict[str, Any]],
         "checkpoint_saves": round(sum(e.fields.get("save_s", 0.0) for e in events
                                       if e.kind == "checkpoint_saved" and e.task == task), 3),
         "detection": round(sum(f["detection_s"] or 0.0 for f in faults), 3),
-        "restart_to_first_step": round(sum(f["resume_s"] or 0.0 for f in faults), 3),
+        # detection -> computing again: R minus the first new step's own compute, which is
+        # lost work (recomputed) or useful time, not restart
+        "restart_to_first_step": round(sum(max(0.0, (f["resume_s"] or 0.0) - step_s)
+                                           for f in faults if f["resume_s"] is not None), 3),
         "recomputed_lost_steps": round(metrics.get("lost_steps", 0) * step_s, 3),
     }
     known = sum(v for v in parts.values() if v)
@@ -121,6 +124,9 @@ def ettr_lines(metrics: Mapping[str, Any], breakdown: Mapping[str, float | None]
         lines.append(f"  Young/Daly model for MTBF {metrics['mtbf_s']:.1f} s, checkpoint "
                      f"{metrics['checkpoint_cost_s']:.3f} s: {used}{metrics['ettr_model_optimal']:.2f} "
                      f"at the optimal interval ({metrics['tau_opt_s']:.1f} s)")
+        if metrics.get("model_in_range") is False:
+            lines.append("    (faults are too frequent for this first-order model: MTBF < 10 x "
+                         "(interval + detection + restart); read it as a trend, not a prediction)")
     lost = metrics["wall_s"] - (metrics.get("useful_s") or 0.0)
     parts = ", ".join(f"{LOST_PARTS[k][0]} {v:.1f} s" for k, v in breakdown.items()
                       if k in LOST_PARTS and v)

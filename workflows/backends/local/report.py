@@ -129,7 +129,8 @@ def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: f
     useful = useful_steps * step_s if step_s and useful_steps is not None else None
     detect, resume = _mean([f["detection_s"] for f in faults]), _mean([f["resume_s"] for f in faults])
     started = next((e.t for e in events if e.kind == "run_started"), None)
-    startup = steps[0].t - started if started is not None and steps else None
+    # a step line marks the END of its step: the first step's own compute is not start-up
+    startup = max(0.0, steps[0].t - (step_s or 0.0) - started) if started is not None and steps else None
     metrics: dict[str, Any] = {
         "wall_s": round(wall_s, 3), "faults": len(faults), "steps": final_step,
         "reference_task": task, "useful_steps": useful_steps,
@@ -146,6 +147,10 @@ def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: f
     return metrics
 
 
+# The Young/Daly figures are read as predictions only when MTBF >= this x (interval + D + R).
+MODEL_RANGE = 10.0
+
+
 def young_daly(delta: float | None, wall_s: float, faults: int, detect: float | None,
                resume: float | None, *, interval_s: float | None = None,
                startup_s: float | None = None) -> dict[str, Any]:
@@ -156,7 +161,7 @@ def young_daly(delta: float | None, wall_s: float, faults: int, detect: float | 
     the share of the wall time after start-up (the model knows no start-up), so they
     compare with the measured ETTR. The upper bound is a fault-free run (``--baseline``).
     """
-    out: dict[str, Any] = {"mtbf_s": None, "tau_opt_s": None, "tau_daly_s": None,
+    out: dict[str, Any] = {"mtbf_s": None, "tau_opt_s": None, "tau_daly_s": None, "model_in_range": None,
                            "ettr_model_used": None, "ettr_model_optimal": None,
                            "waste_model_used": None, "waste_model_optimal": None}
     if not faults or not delta or wall_s <= 0:
@@ -168,6 +173,8 @@ def young_daly(delta: float | None, wall_s: float, faults: int, detect: float | 
     out.update(mtbf_s=round(m, 3), tau_opt_s=round(best.interval_s, 3),
                tau_daly_s=round(recovery_math.daly_interval(delta, m), 3),
                ettr_model_optimal=round(best.ettr * steady, 4), waste_model_optimal=_parts(best))
+    # first order means failures are rare against an interval plus a recovery
+    out["model_in_range"] = m >= MODEL_RANGE * ((interval_s or best.interval_s) + d + r)
     if interval_s:
         used = recovery_math.waste(interval_s, delta, m, d, r)
         out.update(ettr_model_used=round(used.ettr * steady, 4), waste_model_used=_parts(used))
