@@ -44,10 +44,10 @@ def chromium() -> str:
         pytest.skip("chromium is not installed and this is not root (fix: apt-get install chromium)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     install = ["apt-get", "install", "-y", "-q", "-o", "DPkg::Lock::Timeout=600", "chromium"]
-    done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900, check=False)
+    done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=500, check=False)
     if done.returncode != 0:  # the package lists may not know it yet
-        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=600, check=False)
-        done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=900, check=False)
+        subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=300, check=False)
+        done = subprocess.run(install, capture_output=True, text=True, env=env, timeout=500, check=False)
     found = _find()
     if not found:
         pytest.skip(f"chromium could not be installed: {done.stderr.strip()[-300:]}")
