@@ -67,7 +67,7 @@ def test_timeline_bars_and_marks_land_where_the_run_put_them(tmp_path: Path, bro
     page = render(html)
     _assert_script_ran_cleanly(page)
     [svg] = page.kind("timeline")
-    sx, _, sw, _ = svg.box
+    sx = svg.box[0]
     wall = float(svg.attrs["data-wall"])
     assert wall == pytest.approx(18.1)
 
@@ -85,14 +85,14 @@ def test_timeline_bars_and_marks_land_where_the_run_put_them(tmp_path: Path, bro
     centre = {}
     for kind, t in (("fault", 11.6), ("detect", 12.1), ("decision", 12.2), ("upload", 18.1)):
         [mark] = page.kind(kind)
-        mx, my, mw, mh = mark.box
+        mx, _, mw, _ = mark.box
         centre[kind] = mx + mw / 2
         assert centre[kind] == pytest.approx(px(t), abs=3.0), kind
     assert centre["fault"] < centre["detect"] < centre["decision"] < centre["upload"]
     restores = sorted(m.box[0] + m.box[2] / 2 for m in page.kind("restore"))
     assert restores and all(r == pytest.approx(px(14.1), abs=3.0) for r in restores)
     [fault] = page.kind("fault")
-    fx, fy, _, _ = fault.box
+    fy = fault.box[1]
     assert _near(page.rgb(centre["fault"], fy + 3), _hex(MARK_COLOURS["fault"]), 30)
     # the step line drops at the restore: two polylines, the second starting lower
     [progress] = page.kind("progress")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from workflows.backends.local.ettr import LOST_PARTS, largest_loss
@@ -53,8 +53,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>resched run {esc(report.get('run_id'))}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>{esc(report.get('workflow'))} <span class=\"status\" style=\"background:{colour}\">"
-        f"{esc(status)}</span></h1>",
+        (f"<h1>{esc(report.get('workflow'))} <span class=\"status\" style=\"background:{colour}\">"
+        f"{esc(status)}</span></h1>"),
         f"<p class=\"sub\">run {esc(report.get('run_id'))} · {duration_text(wall)} · "
         f"{esc(report.get('summary', ''))}"
         + (f"<br>reason: {esc(report['reason'])}" if report.get("reason") else "") + "</p>",
@@ -170,9 +170,9 @@ def _timeline_svg(lanes: Sequence[Lane], wall: float) -> str:
     def x(t: float) -> float:
         return LEFT + max(0.0, min(t, wall)) / wall * PLOT
 
-    out = [f'<svg id="timeline" data-kind="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
+    out = [(f'<svg id="timeline" data-kind="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
            f'role="img" aria-label="timeline per task" data-wall="{wall:.3f}" data-left="{LEFT}" '
-           f'data-plot="{PLOT}"><g class="axis">']
+           f'data-plot="{PLOT}"><g class="axis">')]
     step = _tick_step(wall)
     t = 0.0
     while t <= wall + 1e-9:
@@ -188,7 +188,7 @@ def _timeline_svg(lanes: Sequence[Lane], wall: float) -> str:
     return "".join(out)
 
 
-def _lane_svg(lane: Lane, top: float, x: Any) -> str:
+def _lane_svg(lane: Lane, top: float, x: Callable[[float], float]) -> str:
     name = esc(lane.task)
     prog_top = top + 22
     bar_top = prog_top + PROGRESS_H + 8
@@ -212,7 +212,7 @@ def _lane_svg(lane: Lane, top: float, x: Any) -> str:
     return "".join(out)
 
 
-def _span_rect(span: Span, x: Any, top: float, height: float, css: str, task: str,
+def _span_rect(span: Span, x: Callable[[float], float], top: float, height: float, css: str, task: str,
                fill: str | None = None) -> str:
     left, right = x(span.start), x(span.end)
     paint = f' fill="{fill}"' if fill else ""
@@ -222,7 +222,7 @@ def _span_rect(span: Span, x: Any, top: float, height: float, css: str, task: st
             f'data-tip="{esc(span.tip)}"><title>{esc(span.tip)}</title></rect>')
 
 
-def _progress(lane: Lane, top: float, x: Any) -> str:
+def _progress(lane: Lane, top: float, x: Callable[[float], float]) -> str:
     if not lane.steps:
         return ""
     highest = max(step for _, step in lane.steps) or 1
@@ -241,7 +241,7 @@ def _progress(lane: Lane, top: float, x: Any) -> str:
             f'fill="#5f6b7a">{highest}</text></g>')
 
 
-def _marks(marks: Sequence[Mark], x: Any, prog_top: float, bar_top: float, task: str) -> list[str]:
+def _marks(marks: Sequence[Mark], x: Callable[[float], float], prog_top: float, bar_top: float, task: str) -> list[str]:
     out = []
     row_ends = [-1e9] * LABEL_ROWS
     label_top = bar_top + BAR_H + 6

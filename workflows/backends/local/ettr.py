@@ -20,16 +20,16 @@ from workflows.errors import UsageError
 
 # breakdown key -> (label, what to change when it is the largest part)
 LOST_PARTS: dict[str, tuple[str, str]] = {
-    "startup": ("start-up", "start-up before the first step: image, imports, input staging, "
-                "process-group set-up"),
-    "detection": ("detection", "time from fault to detection: lower the hang timeout "
-                  "(--hang-timeout auto) or add a heartbeat"),
-    "restart_to_first_step": ("restart", "detection to first new step: prefer in-place retries "
-                              "over reschedules, load checkpoints faster"),
-    "recomputed_lost_steps": ("lost work", "steps recomputed after a restore: checkpoint more "
-                              "often (Young's interval below)"),
-    "checkpoint_saves": ("checkpoint", "blocking checkpoint saves: checkpoint less often or "
-                         "save asynchronously"),
+    "startup": ("start-up", ("start-up before the first step: image, imports, input staging, "
+                "process-group set-up")),
+    "detection": ("detection", ("time from fault to detection: lower the hang timeout "
+                  "(--hang-timeout auto) or add a heartbeat")),
+    "restart_to_first_step": ("restart", ("detection to first new step: prefer in-place retries "
+                              "over reschedules, load checkpoints faster")),
+    "recomputed_lost_steps": ("lost work", ("steps recomputed after a restore: checkpoint more "
+                              "often (Young's interval below)")),
+    "checkpoint_saves": ("checkpoint", ("blocking checkpoint saves: checkpoint less often or "
+                         "save asynchronously")),
     "other": ("other", "time none of the above explains (uploads, stops, scheduling)"),
 }
 
@@ -113,8 +113,8 @@ def ettr_lines(metrics: Mapping[str, Any], breakdown: Mapping[str, float | None]
     """The ETTR block of the text report: measured, fault-free, model, lost time."""
     if metrics.get("ettr") is None:
         return ["ETTR: no training steps were seen (the training prints `resched-train: step N`)"]
-    lines = [f"ETTR {metrics['ettr']:.2f} = useful {metrics['useful_s']:.1f} s "
-             f"({metrics['useful_steps']} steps x {metrics['step_s']:.3f} s) / wall {metrics['wall_s']:.1f} s"]
+    lines = [(f"ETTR {metrics['ettr']:.2f} = useful {metrics['useful_s']:.1f} s "
+             f"({metrics['useful_steps']} steps x {metrics['step_s']:.3f} s) / wall {metrics['wall_s']:.1f} s")]
     if baseline is not None:
         lines.append(
             f"  fault-free run {baseline['baseline_run_id']}: ETTR {baseline['ettr_fault_free']:.2f} "
