@@ -23,6 +23,7 @@ from workflows.report.html import LEFT, PLOT
 
 pytestmark = pytest.mark.e2e
 RESCHED = str(Path(sys.executable).parent / "resched")
+HOSTILE = "<b onmouseover=alert(1)>m&\"aster'</b>"
 
 
 def _hex(colour: str) -> tuple[int, int, int]:
@@ -59,7 +60,11 @@ def _assert_script_ran_cleanly(page: Rendered) -> None:
 
 
 def test_timeline_bars_and_marks_land_where_the_run_put_them(tmp_path: Path, browser: str) -> None:
-    run_dir = one_fault_run().write(tmp_path / "run")
+    run = one_fault_run()
+    for item in [*run.events, *run.attempts]:  # a task name that is markup must stay text
+        if item.get("task") == "master":
+            item["task"] = HOSTILE
+    run_dir = run.write(tmp_path / "run")
     clean = fault_free_run().write(tmp_path / "clean")
     html = tmp_path / "report.html"
     done = _report(tmp_path, str(run_dir), "--baseline", str(clean), "--html", str(html))
@@ -105,6 +110,9 @@ def test_timeline_bars_and_marks_land_where_the_run_put_them(tmp_path: Path, bro
         assert part.box[2] / total == pytest.approx(share, abs=0.01), part.attrs["data-part"]
         if part.box[2] >= 8:
             assert _share_of_colour(page, part.box, LOST_COLOURS[part.attrs["data-part"]]) > 0.8
+    [lane] = page.kind("lane")
+    assert lane.attrs["data-task"] == HOSTILE and lane.text.startswith(HOSTILE)
+    assert "<b onmouseover" not in page.dom  # escaped text, never parsed as markup
     cards = {e.attrs["data-card"]: e.text for e in page.elements if "data-card" in e.attrs}
     assert "0.87" in cards["baseline"] and "0.66" in cards["ettr"]
 
