@@ -15,12 +15,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
 
 TEMPLATE = REPO / "templates" / "multi-node-torchrun.yaml"
 DEMO_VALUES = REPO / "examples" / "local-demo.yaml"
-# Exit 16 is Megatron-style: the rank saves once more, then exits. That final save is a
-# newer checkpoint step, and the executor's periodic upload of it can land while torchrun
-# is still tearing the ranks down, before the wrapper has seen the exit. A trigger at the
-# very next upload would then inject the SIGTERM before exit 16 was detected (the report
-# rightly gives that fault no detection time of its own): leave one upload between them.
-ALL_FAULTS = "kill:master@1ckpt,hang:worker_1@2ckpt,exit:master=16@3ckpt,term:master@5ckpt"
+# Each @Nckpt fault fires after the previous one was recovered (the chaos driver waits):
+# exit 16's own last save is uploaded before the wrapper sees the exit, and must not
+# bring the SIGTERM onto that recovery (it once did: "detection_s is None").
+ALL_FAULTS = "kill:master@1ckpt,hang:worker_1@2ckpt,exit:master=16@3ckpt,term:master@4ckpt"
 
 
 def _run(tmp_path: Path, name: str, *extra: str) -> LocalRun:
@@ -50,7 +48,7 @@ def test_template_survives_kill_hang_exit16_and_sigterm_with_identical_weights(t
     assert all(f["detection_s"] is not None for f in report["faults"])
     assert by_spec["kill:master@1ckpt"]["decision"] == "retry"
     assert by_spec["exit:master=16@3ckpt"]["rule"] == "megatron-rerun-16"
-    assert by_spec["term:master@5ckpt"]["rule"] == "preempted"
+    assert by_spec["term:master@4ckpt"]["rule"] == "preempted"
     decisions = [(a["wrapper"] or {}).get("rule") for a in chaos.attempts("master")]
     assert "megatron-rerun-16" in decisions and "preempted" in decisions
     # exit 16 and the SIGTERM each moved the master to a new pod, whose input was the
