@@ -34,6 +34,7 @@ _COMMAND_MODULES = {
     "checkpoint": "workflows.cli.checkpoint_cmds",
     "status": "workflows.cli.slurm_cmds",
     "logs": "workflows.cli.slurm_cmds",
+    "report": "workflows.cli.report_cmd",
 }
 
 INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug in resched, never mistaken for success
