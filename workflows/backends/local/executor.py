@@ -24,10 +24,10 @@ from workflows.backends.local.chaos_driver import ChaosDriver
 from workflows.backends.local.inject import install_hook
 from workflows.backends.local.plan import LocalPlan, PlannedGroup, PlannedTask
 from workflows.backends.local.progress import Progress, TaskRow
-from workflows.backends.local.semantics import exit_decision, group_reaction
 from workflows.backends.local.staging import stage_input, upload_outputs
 from workflows.backends.local.taskrun import RunContext, TaskRun, start_run
 from workflows.backends.local.timeline import Timeline
+from workflows.osmo_runtime import exit_decision, group_reaction
 
 POLL_S = 0.05
 
@@ -200,7 +200,7 @@ class Executor:
         assert run is not None
         run.finish()  # final checkpoint upload happens here, before anything restarts
         code = run.exit_code()
-        decision = exit_decision(state.task, code, retry_id=state.retry_id,
+        decision = exit_decision(state.task.exit_rules, code, retry_id=state.retry_id,
                                  max_retry_per_task=self.options.max_retry_per_task)
         reaction = group_reaction(is_lead=state.task.lead, action=decision.action,
                                   ignore_nonlead_status=group.ignore_nonlead_status)
