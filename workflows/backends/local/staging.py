@@ -20,7 +20,7 @@ from workflows.errors import BackendError
 def stage_input(item: PlannedInput, task_dirs: dict[str, Path]) -> int | None:
     """(Re)create ``item.dest`` from its source; return the checkpoint step found, if any."""
     from wrapper.checkpoint import stage_url
-    from wrapper.checkpoint.marker import read_marker
+    from wrapper.checkpoint.snapshot import checkpoint_step
 
     if item.dest.exists():
         shutil.rmtree(item.dest)
@@ -33,7 +33,7 @@ def stage_input(item: PlannedInput, task_dirs: dict[str, Path]) -> int | None:
         stage_url(item.source, item.dest)
     if item.regex:
         _keep_matching(item.dest, item.regex)
-    return read_marker(item.dest)
+    return checkpoint_step(item.dest)  # the marker's, else the framework layout's
 
 
 def _keep_matching(root: Path, regex: str) -> None:
