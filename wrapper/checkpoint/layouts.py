@@ -144,6 +144,9 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
                              warnings=(f"{where} cannot be read (not a regular file, or "
                                        "too large); treating the folder as an unknown layout",))
     value = text.strip()
+    if not value:  # Megatron opens it with "w" then writes: empty is a write under way
+        return LayoutVerdict(Layout.MEGATRON, False, None, f"{where} is empty (being written)",
+                             tuple(prefix + n for n in iters.values()))
     if value == "release":
         whole = _is_dir(folder / "release") and _checkpoint_dir_complete(folder / "release")
         return LayoutVerdict(Layout.MEGATRON, whole, 0 if whole else None,
