@@ -15,7 +15,7 @@ from pathlib import Path
 
 from workflows import osmo_runtime as rt
 from workflows.backends.slurm.engine import BATCH_ENGINE
-from workflows.backends.slurm.tasks import env_suffix, launch_script
+from workflows.backends.slurm.tasks import PRIVATE_ROOT, env_suffix, launch_script
 from workflows.spec import Group, Task, Workflow, normalize_name, url_scheme
 
 DEFAULT_MAX_RETRY_PER_TASK = 3
@@ -229,6 +229,34 @@ def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
     return stage + upload
 
 
+def checkpoint_functions(tasks: tuple[Task, ...]) -> list[str]:
+    """OSMO's checkpoint runtime for every task, whatever its command (``resched wrap`` or
+    not): a timer beside the task's step, on the host side of its private /tmp."""
+    lines = [
+        "",
+        "# --- checkpoint: per entry, an upload one period after start, then one period after",
+        "#     the previous upload ended, and a final one after the task ended (any exit) ---",
+        "start_checkpoint_timers() { # task pid",
+        "    case $1 in",
+    ]
+    for task in tasks:
+        if not task.checkpoint:
+            continue
+        lines.append(f"    {shlex.quote(task.name)})")
+        for entry in task.checkpoint:
+            path = entry.path.rstrip("/") or "/"
+            if path.startswith(PRIVATE_ROOT + "/"):
+                host = f'"$RUN_DIR/tasks/{task.name}/tmp/"' + shlex.quote(path[len(PRIVATE_ROOT) + 1:])
+            else:
+                host = shlex.quote(path)
+            lines.append(
+                f'        helper checkpoint-timer "$2" {host} {shlex.quote(entry.upload_url)} '
+                f"{shlex.quote(f'{entry.frequency_s:g}')} {shlex.quote(entry.regex or '')} &")
+        lines.append("        ;;")
+    lines += ["    esac", "}"]
+    return lines
+
+
 def group_script(
     spec: Workflow, group: Group, options: SlurmOptions, bundle: str, where: str
 ) -> str:
@@ -242,6 +270,7 @@ def group_script(
         *exit_action_function(tasks),
         *launch_functions(group, tasks, where),
         *input_functions(spec, tasks),
+        *checkpoint_functions(tasks),
         "",
         BATCH_ENGINE.rstrip("\n"),
     ]
