@@ -24,9 +24,10 @@ the task twice marks the node for exclusion.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from wrapper.backoff import Backoff
 from wrapper.classify import Diagnosis
 from wrapper.history import History, attempt_step, is_failure
 
@@ -38,8 +39,7 @@ class Budgets:
     max_retries: int = 3
     max_reschedules: int = 2
     reset_on_progress: bool = True
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
+    backoff: Backoff = field(default_factory=Backoff)  # first in-place retry: no wait
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,9 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         action, why = escalated
     if action == "retry":
         if retries_left > 0:
-            backoff = min(budgets.backoff_max_s, budgets.backoff_base_s * (2 ** counts.retries_used))
-            return done("retry", _join(why, f"retry in place in {backoff:g} s"), backoff=backoff)
+            backoff = budgets.backoff.delay_s(counts.retries_used, key=allocation)
+            when = f"in {backoff:g} s" if backoff > 0 else "now"
+            return done("retry", _join(why, f"retry in place {when}"), backoff=backoff)
         action, why = "reschedule", _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
     if action == "reschedule":
         if reschedules_left > 0:

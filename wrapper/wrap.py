@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from wrapper.attempt import AttemptRunner
+from wrapper.backoff import Backoff
 from wrapper.errors import ReschedError
 from wrapper.hang import HangSettings
 from wrapper.judge import Judge, RuleJudge
@@ -47,6 +48,7 @@ class WrapConfig:
     max_retries: int = 3
     max_reschedules: int = 2
     reset_on_progress: bool = True
+    backoff: Backoff = field(default_factory=Backoff)
     grace_s: float = 30.0
     hang_grace_s: float = 5.0
     hang: HangSettings = field(default_factory=HangSettings)
@@ -143,7 +145,7 @@ class _AttemptLoop:
         judge = judge or RuleJudge(  # loads the rules first: a bad rules file fails fast
             rule_files=config.rule_files, state_dir=config.state_dir,
             max_retries=config.max_retries, max_reschedules=config.max_reschedules,
-            reset_on_progress=config.reset_on_progress,
+            reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
         config.state_dir.mkdir(parents=True, exist_ok=True)

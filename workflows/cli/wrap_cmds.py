@@ -15,6 +15,7 @@ import click
 
 from wrapper.durations import parse_duration
 from wrapper.errors import ReschedError
+from wrapper.backoff import parse_backoff
 from wrapper.hang import parse_hang_timeout
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
@@ -43,6 +44,10 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Do not reset the budgets when the checkpoint step advanced.")
 @click.option("--grace", default="30", show_default=True, envvar="RESCHED_GRACE",
               help="Seconds between the forwarded stop signal and SIGKILL.")
+@click.option("--backoff", default=None, envvar="RESCHED_BACKOFF",
+              help="Wait before an in-place retry: the first retry starts at once, then BASE "
+                   "doubling up to max, +-jitter (default 1s,max=60s,jitter=0.5; 0 = never "
+                   "wait).")
 @click.option("--hang-grace", default="5", show_default=True, envvar="RESCHED_HANG_GRACE",
               help="Seconds a hung group gets between SIGTERM and SIGKILL (it cannot "
                    "checkpoint while hung; capped by --grace).")
@@ -72,7 +77,7 @@ def _seconds(value: str | None, flag: str) -> float | None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
-    max_reschedules: int, no_budget_reset: bool, grace: str, hang_grace: str,
+    max_reschedules: int, no_budget_reset: bool, grace: str, backoff: str | None, hang_grace: str,
     hang_timeout: str | None,
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
@@ -94,6 +99,7 @@ def wrap(
             max_retries=max_retries,
             max_reschedules=max_reschedules,
             reset_on_progress=not no_budget_reset,
+            backoff=parse_backoff(backoff),
             grace_s=_seconds(grace, "--grace") or 0.0,
             hang_grace_s=_seconds(hang_grace, "--hang-grace") or 0.0,
             hang=parse_hang_timeout(hang_timeout),
