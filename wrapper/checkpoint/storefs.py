@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -75,7 +76,15 @@ class StoreFS:
                             what=f"write {self.key(relkey)}")
 
     def list_files(self, relprefix: str) -> dict[str, int]:
-        """relative key -> size of every object under ``relprefix`` (empty when none)."""
+        """relative key -> size of every object under ``relprefix`` (empty when none).
+
+        On a local disk only regular files reached without following a link count: a
+        symlink, FIFO or device inside the store is not a blob (never verified, never
+        read) and is not ours to delete."""
+        if self.is_local:
+            return self.retry.call(lambda: _walk_regular(self.local_path(""), relprefix),
+                                   what=f"list {self.key(relprefix)}")
+
         def find() -> dict[str, int]:
             full = self.key(relprefix)
             self.fs.invalidate_cache(full)
@@ -148,6 +157,31 @@ class StoreFS:
 
     def open_read(self, relkey: str) -> Any:
         return self.fs.open(self.key(relkey), "rb", block_size=8 << 20)
+
+
+def _walk_regular(root: Path, relprefix: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    start = relprefix.rstrip("/")
+    try:
+        top = os.lstat(root / start) if start else os.lstat(root)
+    except FileNotFoundError:
+        return found
+    if not stat.S_ISDIR(top.st_mode):  # a link or a file where a folder belongs
+        return found
+    pending = [start]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(root / folder if folder else root))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            relkey = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(relkey)
+            elif entry.is_file(follow_symlinks=False):
+                found[relkey] = entry.stat(follow_symlinks=False).st_size
+    return found
 
 
 def _write_local_atomic(path: Path, data: bytes) -> None:
