@@ -180,7 +180,7 @@ def test_restored_dir_is_publishable_again(url: str, tmp_path: Path) -> None:
     assert again.step == 6 and not again.changed  # the re-stamped marker alone is no news
 
 
-@pytest.mark.parametrize("evil", ["../escape", "/etc/passwd", "a/../../b", "C:evil",
+@pytest.mark.parametrize("evil", ["../escape", "/etc/passwd", "a/../../b",
                                   "a\\..\\b", "a//b", "./a", ""])
 def test_path_traversal_manifest_is_refused(evil: str, tmp_path: Path) -> None:
     url = str(tmp_path / "store")
