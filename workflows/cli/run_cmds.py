@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from workflows.backends import get_backend
+from workflows.backends.local import LocalPlan
 from workflows.cli.common import ValuesCommand, values_options
 from workflows.cli.findings import echo_findings
 from workflows.errors import UsageError
@@ -29,11 +30,14 @@ from workflows.values import ValueOptions
               help="Where pods, logs and staged inputs go (default .resched/runs/<run id>).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the JSON report (attempts, timeline, ETTR) here.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path),
+              help="Also write the HTML run report (timeline per task, ETTR) here.")
 @click.option("--progress", type=click.Choice(["auto", "tty", "plain", "quiet"]), default="auto",
               show_default=True, help="Live lines on a terminal, plain lines otherwise.")
 @click.option("--dry-run", is_flag=True, help="Print the plan instead of running it.")
 def run_command(file: Path, values_files: tuple[Path, ...], sets: tuple[str, ...],
-                set_strings: tuple[str, ...], dry_run: bool, **options: Any) -> None:
+                set_strings: tuple[str, ...], dry_run: bool, html_path: Path | None,
+                **options: Any) -> None:
     """Run FILE on this machine with OSMO's runtime semantics (the local executor)."""
     backend = get_backend("local")
     job = load_workflow(file, ValueOptions(files=values_files, sets=sets, set_strings=set_strings),
@@ -46,8 +50,17 @@ def run_command(file: Path, values_files: tuple[Path, ...], sets: tuple[str, ...
     if dry_run:
         click.echo(request.materialize(), nl=False)
         return
+    if html_path is not None:  # a bad --html path is refused before the run, not after it
+        from workflows.report.write import check_target
+
+        check_target(html_path)
     result = backend.submit(request)
     click.echo(result.message)
+    if html_path is not None:
+        from workflows.cli.report_cmd import write_run_html
+
+        assert isinstance(request, LocalPlan)
+        write_run_html(request.workdir, html_path)
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
 

@@ -17,6 +17,7 @@ from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreRes
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
 from wrapper.checkpoint.snapshot import prepare_snapshot
 from wrapper.checkpoint.storefs import StoreFS
+from wrapper.redact import register_url_secrets
 
 Progress = Callable[[int], None]
 
@@ -38,6 +39,7 @@ class CheckpointStore:
                                   fix="keep at least the latest checkpoint (--retention 1)")
         if not url:
             raise CheckpointError("checkpoint URL is empty", fix="pass a path or fsspec URL")
+        register_url_secrets(url, storage_options)
         self.url = url
         self.retention = retention
         self.osmo_layout = osmo_layout

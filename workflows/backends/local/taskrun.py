@@ -25,6 +25,7 @@ from workflows.backends.local.inject import EXIT_DIR_ENV
 from workflows.backends.local.plan import PlannedCheckpoint, PlannedTask
 from workflows.backends.local.timeline import Timeline, parse_line
 from workflows.errors import BackendError
+from workflows.osmo_runtime import CheckpointSchedule
 
 
 
@@ -54,8 +55,13 @@ class CheckpointTimer:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.entry.frequency_s):
+        # OSMO's schedule (osmo_runtime.CheckpointSchedule): one period after start, then
+        # one period after the previous upload ENDED; the final upload runs in stop().
+        schedule = CheckpointSchedule(self.entry.frequency_s)
+        due = schedule.first_due(time.monotonic())
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             self.upload(final=False)
+            due = schedule.next_due(time.monotonic())
 
     def stop(self) -> None:
         """Stop the timer and run the final upload (the command has exited)."""

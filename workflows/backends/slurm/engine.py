@@ -65,11 +65,17 @@ prepare_task() { # task: $RUN_DIR/tasks/<task>/{launch.sh, tmp/, input/N/, outpu
     local dir="$RUN_DIR/tasks/$1"
     mkdir -p "$dir/tmp" "$dir/input" "$dir/output"
     if [ -d "$BUNDLE/files/$1" ]; then
-        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir"
+        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir" || return 1
+    fi
+    if [ -d "$BUNDLE/verbatim/$1" ]; then # base64 files: written as they are, no tokens
+        helper materialize "$BUNDLE/verbatim/$1" "$dir" --verbatim || return 1
     fi
 }
-stage_input() { # task index url: OSMO downloads inputs whenever a task (re)starts
-    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2"
+stage_input() { # task index url [regex]: OSMO downloads inputs whenever a task (re)starts
+    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
+}
+stage_task_input() { # task index published-outputs-dir [regex]: a task: input (upstream job)
+    helper stage-dir "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
 }
 write_launch_scripts
 for task in "${TASKS[@]}"; do
@@ -178,8 +184,17 @@ OUTCOME="$RUN_DIR/tasks/$RESULT_TASK/outcome.json" # the wrapper's final record,
 if [ -f "$OUTCOME" ]; then
     say "$RESULT_TASK's wrapper: $(helper describe "$OUTCOME")"
 fi
+# A downstream job (sbatch --dependency=afterok on this one) stages its task: inputs from
+# $JOB_ROOT/outputs/<task>: each task's {{output}} folder, published when the group completed.
+publish_task_outputs() {
+    local task
+    for task in "${TASKS[@]}"; do
+        mkdir -p "$JOB_ROOT/outputs/$task" && cp -a "$RUN_DIR/tasks/$task/output/." "$JOB_ROOT/outputs/$task/" || return 1
+    done
+}
 if [ "$RESULT" = COMPLETE ]; then
     upload_outputs || { record FAIL - 0 "could not upload the outputs"; exit 1; }
+    publish_task_outputs || { record FAIL - 0 "could not publish the task outputs"; exit 1; }
     record COMPLETE "$RESULT_TASK" "$RESULT_CODE" "lead completed"
     say "COMPLETED: task $RESULT_TASK exited $RESULT_CODE"
     exit 0

@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from workflows import osmo_runtime as rt
 from workflows.backends.slurm.engine import BATCH_ENGINE
 from workflows.backends.slurm.tasks import PRIVATE_ROOT, env_suffix, launch_script
-from workflows.errors import BackendError
-from workflows.spec import Group, Task, Workflow, url_scheme
+from workflows.spec import Group, Task, Workflow, normalize_name, url_scheme
 
 DEFAULT_MAX_RETRY_PER_TASK = 3
 STOP_TIMEOUT_S = 30  # how long stopped tasks get before SIGKILL (checkpoint upload time)
@@ -38,7 +38,7 @@ class SlurmOptions:
 
 def ordered_tasks(group: Group) -> tuple[Task, ...]:
     """The lead first (it starts first and decides), then the others in spec order."""
-    return (group.lead_task, *(t for t in group.tasks if not t.lead))
+    return rt.lead_first(group.tasks)  # type: ignore[return-value]
 
 
 def job_name(spec: Workflow, group: Group) -> str:
@@ -151,6 +151,11 @@ def local_path(url: str) -> str | None:
     return None
 
 
+def upstream_job_variable(group_name: str) -> str:
+    """The variable ``resched submit`` exports (sbatch --export) with an upstream group's job id."""
+    return f"RESCHED_JOB_OF_{env_suffix(group_name)}"
+
+
 def exit_action_function(tasks: tuple[Task, ...]) -> list[str]:
     lines = [
         "",
@@ -161,12 +166,12 @@ def exit_action_function(tasks: tuple[Task, ...]) -> list[str]:
     ]
     for task in tasks:
         checks = []
-        for action, ranges in task.exit_action_ranges():
+        for rule in rt.ExitRules.of(task.exit_action_ranges()).rules:
             tests = " || ".join(
                 f"code == {r.low}" if r.low == r.high else f"(code >= {r.low} && code <= {r.high})"
-                for r in ranges
+                for r in rule.ranges
             )
-            checks.append(f"        if (({tests})); then echo {action}; return; fi")
+            checks.append(f"        if (({tests})); then echo {rule.action}; return; fi")
         lines.append(f"    {shlex.quote(task.name)})")
         lines.extend(checks or ["        : # no exitActions"])
         lines.append("        ;;")
@@ -191,7 +196,7 @@ def launch_functions(group: Group, tasks: tuple[Task, ...], where: str) -> list[
     return lines
 
 
-def input_functions(tasks: tuple[Task, ...], where: str) -> list[str]:
+def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
     stage = [
         "",
         "# --- inputs: downloaded into the task's input/N at every (re)start ---",
@@ -203,16 +208,18 @@ def input_functions(tasks: tuple[Task, ...], where: str) -> list[str]:
         "upload_outputs() {",
     ]
     for task in tasks:
-        for index, item in enumerate(task.inputs):
-            if item.url is None or item.regex is not None:
-                raise BackendError(
-                    f"task {task.name!r} input {index}: only url inputs without regex are supported",
-                    where=where,
-                    fix="use inputs: [{url: ...}] (task inputs across jobs are not supported on Slurm)",
-                )
-            stage.append(
-                f"    stage_input {shlex.quote(task.name)} {index} {shlex.quote(item.url)} || return 1"
-            )
+        for rule in rt.input_rules(task.inputs):
+            regex = f" {shlex.quote(rule.regex)}" if rule.regex is not None else ""
+            head = f"{shlex.quote(task.name)} {rule.index}"
+            if rule.kind is rt.InputKind.URL:
+                stage.append(f"    stage_input {head} {shlex.quote(rule.source)}{regex} || return 1")
+                continue
+            # task: input -> the upstream job (a --dependency=afterok of this one) published it
+            group = spec.group_of(rule.source)
+            producer = next(t.name for t in group.tasks if normalize_name(t.name) == normalize_name(rule.source))
+            variable = upstream_job_variable(group.name)
+            source = f'"$WORKDIR/${{{variable}:?set by resched submit}}/outputs/{producer}"'
+            stage.append(f"    stage_task_input {head} {source}{regex} || return 1")
         for output in task.outputs:
             upload.append(
                 f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)} || return 1'
@@ -262,7 +269,7 @@ def group_script(
         *settings(spec, group, options, bundle),
         *exit_action_function(tasks),
         *launch_functions(group, tasks, where),
-        *input_functions(tasks, where),
+        *input_functions(spec, tasks),
         *checkpoint_functions(tasks),
         "",
         BATCH_ENGINE.rstrip("\n"),
