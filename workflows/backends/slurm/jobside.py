@@ -140,13 +140,16 @@ def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
         else:
             _say(f"checkpoint {what} FAILED: {outcome.reason}")
 
-    due = time.monotonic() + frequency_s
+    from workflows.osmo_runtime import CheckpointSchedule
+
+    schedule = CheckpointSchedule(frequency_s)
+    due = schedule.first_due(time.monotonic())
     while _alive(pid):
         if time.monotonic() >= due:
             once(final=False)
-            due = time.monotonic() + frequency_s
+            due = schedule.next_due(time.monotonic())
         time.sleep(poll_s)
-    once(final=True)
+    once(final=True)  # schedule.final_upload_after_exit: whatever ended the task
     return committed
 
 
