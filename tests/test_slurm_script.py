@@ -224,7 +224,7 @@ def test_a_cycle_in_task_inputs_is_one_line_before_anything_is_written(tmp_path:
 
 def test_bad_grace_signal_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "wf.yaml").write_text(FEATURES)
-    with pytest.raises(UsageError, match="grace signal 'KILL'"):
+    with pytest.raises(UsageError, match=r"--grace-signal 'KILL' is not valid .* use one of: USR1, USR2, TERM, INT"):
         dry_run(tmp_path / "wf.yaml", workdir="/w", grace_signal="KILL")
 
 
