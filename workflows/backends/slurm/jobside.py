@@ -4,7 +4,7 @@
                                             copy the task's files: (tokens substituted unless --verbatim)
     stage URL DEST [REGEX]                  download an input (a resched store or a plain tree)
     stage-dir SOURCE DEST [REGEX]           copy an upstream task's published outputs (task: inputs)
-    upload DIR URL                          copy an output dir to its url
+    upload DIR URL [REGEX]                  copy an output dir (the files REGEX matches) to its url
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
 
@@ -95,10 +95,12 @@ def keep_matching(root: Path, rule: InputRule) -> int:
     return dropped
 
 
-def upload(directory: Path, url: str) -> str:
+def upload(directory: Path, url: str, regex: str | None = None) -> str:
+    """A task's ``outputs:`` entry: its output folder (files ``regex`` matches) to ``url``."""
     import fsspec  # type: ignore[import-untyped]
 
-    files = [p for p in directory.rglob("*") if p.is_file()]
+    rule = InputRule(0, InputKind.URL, url, regex)  # the same relative-path search as inputs
+    files = [p for p in directory.rglob("*") if p.is_file() and rule.keeps(p.relative_to(directory).as_posix())]
     if not files:
         return f"nothing to upload from {directory}"
     fs, root = fsspec.core.url_to_fs(url)
@@ -150,7 +152,7 @@ def main(argv: Sequence[str]) -> int:
         elif command == "stage-dir":
             print(f"resched: {stage_dir(Path(args[0]), Path(args[1]), args[2] if len(args) > 2 else None)}")
         elif command == "upload":
-            print(f"resched: {upload(Path(args[0]), args[1])}")
+            print(f"resched: {upload(Path(args[0]), args[1], args[2] if len(args) > 2 else None)}")
         elif command == "field":
             print(_field(read_outcome(Path(args[0])), args[1]))
         elif command == "describe":
