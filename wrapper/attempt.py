@@ -115,9 +115,11 @@ class AttemptRunner:
     def _checkpoint_step(self) -> int | None:
         if self.config.checkpoint_dir is None:
             return None
-        from wrapper.checkpoint.marker import read_marker
+        # The marker's step, else the one the framework's own files name (Megatron's
+        # tracker, HF's checkpoint-N, Lightning's step=N...): progress for real trainings.
+        from wrapper.checkpoint.snapshot import checkpoint_step
 
-        return read_marker(self.config.checkpoint_dir)
+        return checkpoint_step(self.config.checkpoint_dir)
 
     def _hang_settings(self, history: Any) -> HangSettings:
         hang = self.config.hang

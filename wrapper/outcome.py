@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from wrapper.redact import redact, redact_data
+
 OUTCOME_FILE_ENV = "RESCHED_OUTCOME_FILE"
 
 
@@ -75,8 +77,11 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # Round-trip through JSON first so that every string (str() of odd values too)
+        # passes the credential filter before it reaches the disk.
+        clean = redact_data(json.loads(json.dumps(data, default=str)))
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            json.dump(data, tmp, indent=2, sort_keys=True, default=str)
+            json.dump(clean, tmp, indent=2, sort_keys=True, default=str)
             tmp.write("\n")
             tmp.flush()
             os.fsync(tmp.fileno())
@@ -183,7 +188,7 @@ def _first_sentence(text: str) -> str:
 def say(line: str, stream: TextIO | None = None) -> None:
     """One ``resched: ...`` line on stderr, flushed (it interleaves with the command's)."""
     out = stream or sys.stderr
-    out.write(f"resched: {line}\n")
+    out.write(f"resched: {redact(line)}\n")
     out.flush()
 
 

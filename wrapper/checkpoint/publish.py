@@ -33,6 +33,7 @@ from wrapper.checkpoint.lease import WriterLease, writer_lease
 from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
 from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.snapshot import TEMP_TAG, LocalFile, Snapshot, check_unchanged
+from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, fsync_files
 
 Progress = Callable[[int], None]
@@ -90,7 +91,7 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
         cache.save()
         deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe)
     return PublishResult(
-        url=store.url, checkpoint_id=manifest.checkpoint_id, step=manifest.step,
+        url=redact(store.url), checkpoint_id=manifest.checkpoint_id, step=manifest.step,
         files=len(manifest.files), size=manifest.total_bytes,
         uploaded_files=uploads.sent_files, uploaded_bytes=uploads.sent_bytes, changed=changed,
         seconds=time.monotonic() - started, deleted_manifests=deleted[0], deleted_blobs=deleted[1],

@@ -33,6 +33,8 @@ from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
+from wrapper.redact import redact
+from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, fsync_files
 
 Progress = Callable[[int], None]
@@ -62,7 +64,7 @@ def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = 
             reasons.append(f"{ref.checkpoint_id} (step {ref.step}): {why}")
             continue
         return RestoreResult(
-            url=store.url, local_dir=target, checkpoint_id=manifest.checkpoint_id,
+            url=redact(store.url), local_dir=target, checkpoint_id=manifest.checkpoint_id,
             step=manifest.step, files=len(manifest.files), size=manifest.total_bytes,
             fell_back_from=tuple(failed), reason="; ".join(reasons) or None,
             seconds=time.monotonic() - started,
@@ -177,7 +179,7 @@ def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyR
     verdicts: dict[str, str | None] = {}
     checks = [_check(store, ref, present, verdicts, progress) for ref in pointer.checkpoints]
     referenced = set(verdicts)
-    return VerifyResult(store.url, tuple(checks),
+    return VerifyResult(redact(store.url), tuple(checks),
                         orphan_blobs=len(set(present) - referenced))
 
 

@@ -21,11 +21,13 @@ from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import copy_and_hash, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
+from wrapper.redact import register_url_secrets
 from wrapper.checkpoint.snapshot import TEMP_TAG
 
 
 def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     options = dict(storage_options or {})
+    register_url_secrets(url, options)  # any echo of them, even by a library, is masked
     if url.startswith(("s3://", "s3a://")):
         # Listings must reflect deletes and writes of this very process.
         options.setdefault("use_listings_cache", False)

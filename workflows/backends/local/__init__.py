@@ -96,8 +96,12 @@ def execute(plan: LocalPlan) -> dict[str, Any]:
     report = build_report(plan, result, executor.timeline.events)
     for line in report_lines(report):
         progress.line(line)
-    path = plan.options.report or plan.workdir / "report.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    progress.line(f"report: {path}")
+    # The run directory always holds its report (``resched report RUN_DIR`` reads it);
+    # ``--report FILE`` writes a copy where the user asked.
+    text = json.dumps(report, indent=2, default=str) + "\n"
+    for path in dict.fromkeys((plan.workdir / "report.json", plan.options.report or plan.workdir / "report.json")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        progress.line(f"report: {path}")
+    progress.line(f"html: resched report {plan.workdir} --html {plan.workdir / 'report.html'}")
     return report

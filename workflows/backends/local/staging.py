@@ -14,14 +14,14 @@ from pathlib import Path
 import fsspec  # type: ignore[import-untyped]
 
 from workflows.backends.local.plan import PlannedInput, PlannedOutput
-from workflows.osmo_runtime import InputKind, InputRule, normalize_name
 from workflows.errors import BackendError
+from workflows.osmo_runtime import InputKind, InputRule, normalize_name
 
 
 def stage_input(item: PlannedInput, task_dirs: dict[str, Path]) -> int | None:
     """(Re)create ``item.dest`` from its source; return the checkpoint step found, if any."""
     from wrapper.checkpoint import stage_url
-    from wrapper.checkpoint.marker import read_marker
+    from wrapper.checkpoint.snapshot import checkpoint_step
 
     if item.dest.exists():
         shutil.rmtree(item.dest)
@@ -35,7 +35,7 @@ def stage_input(item: PlannedInput, task_dirs: dict[str, Path]) -> int | None:
         stage_url(item.source, item.dest)
     if item.regex:
         _keep_matching(item.dest, item.rule)
-    return read_marker(item.dest)
+    return checkpoint_step(item.dest)  # the marker's, else the framework layout's
 
 
 def _keep_matching(root: Path, rule: InputRule) -> None:

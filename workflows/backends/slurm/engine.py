@@ -97,6 +97,7 @@ start_task() { # task
         bash "$RUN_DIR/private-tmp.sh" "$dir/tmp" "${SHARED_PATHS[@]}" -- bash "$dir/launch.sh" &
     TASK_OF_PID[$!]=$task
     say "task $task started on $node (log: $dir/task.log)"
+    start_checkpoint_timers "$task" "$!" # they end with their final upload (stop_tasks waits)
 }
 for task in "${TASKS[@]}"; do start_task "$task"; done
 

@@ -5,6 +5,7 @@
     stage URL DEST [REGEX]                  download an input (a resched store or a plain tree)
     stage-dir SOURCE DEST [REGEX]           copy an upstream task's published outputs (task: inputs)
     upload DIR URL [REGEX]                  copy an output dir (the files REGEX matches) to its url
+    checkpoint-timer PID DIR URL FREQ [REGEX]  OSMO's checkpoint timer for the task PID
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
 
@@ -20,7 +21,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflows.osmo_runtime import InputKind, InputRule, Token, TokenKind, env_suffix, substitute
+from workflows.osmo_runtime import (
+    CheckpointSchedule,
+    InputKind,
+    InputRule,
+    Token,
+    TokenKind,
+    env_suffix,
+    substitute,
+)
 from wrapper.errors import ReschedError
 
 
@@ -111,6 +120,68 @@ def upload(directory: Path, url: str, regex: str | None = None) -> str:
     return f"uploaded {len(files)} file(s) from {directory} to {url}"
 
 
+def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
+                     regex: str | None, *, poll_s: float = 0.2) -> int:
+    """OSMO's ``checkpoint:`` runtime beside task ``pid``: an upload one period after
+    start, then one period after the previous upload ended, and a final one once the task
+    has ended, whatever ended it. Returns the number of uploads that committed."""
+    import time
+
+    from wrapper.checkpoint.layouts import inspect_layout
+    from wrapper.checkpoint.osmo_upload import UploadKind, upload_checkpoint
+
+    warned: set[str] = set()
+    committed = 0
+
+    def once(final: bool) -> None:
+        nonlocal committed
+        for warning in inspect_layout(directory).warnings:
+            if warning not in warned:
+                warned.add(warning)
+                _say(f"checkpoint warning: {warning}")
+        outcome = upload_checkpoint(directory, url, final=final, regex=regex)
+        what = "final upload" if final else "upload"
+        if outcome.kind is UploadKind.UPLOADED and outcome.result is not None:
+            committed += 1
+            _say(f"checkpoint {what} of {directory} -> {url}: step {outcome.result.step}, "
+                 f"{outcome.result.files} file(s), {outcome.result.uploaded_files} sent")
+        elif outcome.kind is UploadKind.SKIPPED:
+            _say(f"checkpoint {what} skipped: {outcome.reason}")
+        else:
+            _say(f"checkpoint {what} FAILED: {outcome.reason}")
+
+    schedule = CheckpointSchedule(frequency_s)  # the one definition of OSMO's timer
+    due = schedule.first_due(time.monotonic())
+    while _alive(pid):
+        if time.monotonic() >= due:
+            once(final=False)
+            due = schedule.next_due(time.monotonic())
+        time.sleep(poll_s)
+    once(final=True)
+    return committed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has ended
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b") ", 1)[-1][:1] != b"Z"
+    except OSError:
+        return False
+
+
+def _say(text: str) -> None:
+    import time
+
+    stamp = time.strftime("%H:%M:%S", time.gmtime())
+    print(f"resched[{os.environ.get('SLURM_JOB_ID', '-')}] {stamp}: {text}", flush=True)
+
+
 def read_outcome(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text())
     if not isinstance(data, dict):
@@ -153,6 +224,12 @@ def main(argv: Sequence[str]) -> int:
             print(f"resched: {stage_dir(Path(args[0]), Path(args[1]), args[2] if len(args) > 2 else None)}")
         elif command == "upload":
             print(f"resched: {upload(Path(args[0]), args[1], args[2] if len(args) > 2 else None)}")
+        elif command == "checkpoint-timer":
+            from wrapper.durations import parse_duration
+
+            checkpoint_timer(int(args[0]), Path(args[1]), args[2],
+                             parse_duration(args[3], where="checkpoint frequency"),
+                             args[4] if len(args) > 4 and args[4] else None)
         elif command == "field":
             print(_field(read_outcome(Path(args[0])), args[1]))
         elif command == "describe":

@@ -256,6 +256,35 @@ def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
     return stage + upload
 
 
+def checkpoint_functions(tasks: tuple[Task, ...]) -> list[str]:
+    """OSMO's checkpoint runtime for every task, whatever its command (``resched wrap`` or
+    not): a timer beside the task's step, on the host side of its private /tmp."""
+    lines = [
+        "",
+        "# --- checkpoint: per entry, an upload one period after start, then one period after",
+        "#     the previous upload ended, and a final one after the task ended (any exit) ---",
+        "start_checkpoint_timers() { # task pid",
+        "    case $1 in",
+    ]
+    for task in tasks:
+        if not task.checkpoint:
+            continue
+        lines.append(f"    {shlex.quote(task.name)})")
+        for entry in task.checkpoint:
+            relative = rt.private_relative(entry.path)
+            if relative:  # the task's /tmp/<relative>, seen from the host side
+                host = f'"$RUN_DIR/tasks/{task.name}/tmp/"' + shlex.quote(relative)
+            else:
+                host = shlex.quote(entry.path.rstrip("/") or "/")
+            upload_url = rt.checkpoint_upload_url(entry.url, entry.path)
+            lines.append(
+                f'        helper checkpoint-timer "$2" {host} {shlex.quote(upload_url)} '
+                f"{shlex.quote(f'{entry.frequency_s:g}')} {shlex.quote(entry.regex or '')} &")
+        lines.append("        ;;")
+    lines += ["    esac", "}"]
+    return lines
+
+
 def group_script(
     spec: Workflow, group: Group, options: SlurmOptions, bundle: str, where: str
 ) -> str:
@@ -270,6 +299,7 @@ def group_script(
         *group_reaction_function(group),
         *launch_functions(group, tasks, where),
         *input_functions(spec, tasks),
+        *checkpoint_functions(tasks),
         "",
         BATCH_ENGINE.rstrip("\n"),
     ]
