@@ -19,7 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-OUTCOME_FILE_ENV = "RESCHED_OUTCOME_FILE"
+from wrapper.config import OUTCOME_FILE_ENV
+from wrapper.decision import Decision
+
+__all__ = ["OUTCOME_FILE_ENV", "OutcomeRecord", "describe_decision", "describe_ending"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class OutcomeRecord:
     category: str
     evidence: tuple[Mapping[str, Any], ...]
     hint: str
-    decision: str
+    decision: Decision
     reason: str
     exclude_node: bool
     counts_as_failure: bool
@@ -66,6 +69,7 @@ class OutcomeRecord:
         data["evidence"] = [dict(line) for line in self.evidence]
         data["rank_exit_codes"] = {str(k): v for k, v in self.rank_exit_codes.items()}
         data["command"] = list(self.command)
+        data["decision"] = str(self.decision)  # the plain word in JSON
         data.update(extra)
         return data
 
@@ -150,7 +154,7 @@ def describe_ending(record: OutcomeRecord) -> str:
 
 
 def describe_decision(
-    record: OutcomeRecord, *, rule_decision: str, max_retries: int, max_reschedules: int
+    record: OutcomeRecord, *, rule_decision: Decision, max_retries: int, max_reschedules: int
 ) -> str:
     """``rule X: hint -> reschedule; node N marked for exclusion; reschedules left 1/2``.
 
@@ -161,11 +165,11 @@ def describe_decision(
     if record.hint:
         text += f": {_first_sentence(record.hint)}"
     text += f" -> {record.decision}"
-    if record.decision == "retry":
+    if record.decision is Decision.RETRY:
         text += f" in {record.backoff_s:g} s; retries left {record.retries_left}/{max_retries}"
     if record.exclude_node:
         text += f"; node {record.node} marked for exclusion"
-    if record.decision == "reschedule":
+    if record.decision is Decision.RESCHEDULE:
         if record.counts_as_failure:
             text += f"; reschedules left {record.reschedules_left}/{max_reschedules}"
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
 
 # command name -> the module that defines it (one module per area).
@@ -36,7 +37,6 @@ _COMMAND_MODULES = {
     "logs": "workflows.cli.slurm_cmds",
 }
 
-INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug in resched, never mistaken for success
 
 
 def _debug_requested(ctx: click.Context | None) -> bool:
