@@ -12,10 +12,11 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from wrapper.config import ATTEMPT_ENV, HEARTBEAT_FILE_ENV, NODE_ENV, STATE_DIR_ENV, WrapConfig
+from wrapper.decision import Decision
 from wrapper.hang import HangSettings
-from wrapper.heartbeat import HEARTBEAT_ENV
 from wrapper.judge import Judge
 from wrapper.launchers import (
     IN_JOB_RESTART,
@@ -36,9 +37,6 @@ from wrapper.outcome import (
 )
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
-if TYPE_CHECKING:
-    from wrapper.wrap import WrapConfig
-
 
 class AttemptRunner:
     def __init__(self, config: WrapConfig, judge: Judge, relay: SignalRelay,
@@ -53,7 +51,7 @@ class AttemptRunner:
         self.launcher = detect_launcher(config.command)
         self.tracker_file = tracker_file(config.command)
 
-    def run_one(self, history: Any, retries_used: int) -> tuple[dict[str, Any], Any]:
+    def run_one(self, history: Any, retries_used: int) -> tuple[OutcomeRecord, Any]:
         """Run attempt number ``len(history.attempts) + 1``; return (record, new history)."""
         config = self.config
         attempt = len(history.attempts) + 1
@@ -93,13 +91,13 @@ class AttemptRunner:
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
             evidence=evidence,
         )
-        data = record.to_dict()
-        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
-        history = self.judge.record(data)
-        self._announce(record, rule_decision=str(diagnosis.decision))
-        return data, history
+        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
+                          record.to_dict())
+        history = self.judge.record(record)
+        self._announce(record, rule_decision=Decision.parse(diagnosis.decision))
+        return record, history
 
-    def _announce(self, record: OutcomeRecord, *, rule_decision: str) -> None:
+    def _announce(self, record: OutcomeRecord, *, rule_decision: Decision) -> None:
         """The two human lines and the timeline event of a decision."""
         say(describe_ending(record))
         say(describe_decision(record, rule_decision=rule_decision,
@@ -133,10 +131,10 @@ class AttemptRunner:
         self.heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_file.write_bytes(b"")
         env = launcher_env(self.environ, self.launcher, artifacts)
-        env[HEARTBEAT_ENV] = str(self.heartbeat_file)
-        env["RESCHED_ATTEMPT"] = str(attempt)
-        env["RESCHED_NODE"] = self.config.node
-        env["RESCHED_STATE_DIR"] = str(self.config.state_dir)
+        env[HEARTBEAT_FILE_ENV] = str(self.heartbeat_file)
+        env[ATTEMPT_ENV] = str(attempt)
+        env[NODE_ENV] = self.config.node
+        env[STATE_DIR_ENV] = str(self.config.state_dir)
         return env
 
     def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
@@ -201,14 +199,15 @@ class AttemptRunner:
                 steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
                 hang_timeout: float | None, calibrated: float | None,
                 evidence: Mapping[str, Any]) -> OutcomeRecord:
-        action, reason = str(decision.action), str(decision.reason)
-        if action == "retry" and run.stop_signal is not None:
+        action, reason = Decision.parse(decision.action), str(decision.reason)
+        if action is Decision.RETRY and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
             # in place; leave so the orchestrator can run the task again elsewhere.
-            action = "reschedule"
+            action = Decision.RESCHEDULE
             reason = f"{reason}; wrapper got {run.stop_signal}, so no retry in place"
-        if run.launch_error and action != "abort":
-            action, reason = "abort", f"{run.launch_error}: a user error, retrying cannot help"
+        if run.launch_error and action is not Decision.ABORT:
+            action = Decision.ABORT
+            reason = f"{run.launch_error}: a user error, retrying cannot help"
         return OutcomeRecord(
             attempt=attempt, allocation=self.config.allocation, node=self.config.node,
             started_at=run.started_at, ended_at=run.ended_at, wall_s=run.wall_s,
@@ -222,7 +221,7 @@ class AttemptRunner:
             counts_as_failure=bool(diagnosis.counts_as_failure),
             retries_left=int(decision.retries_left),
             reschedules_left=int(decision.reschedules_left),
-            backoff_s=float(decision.backoff_s) if action == "retry" else 0.0,
+            backoff_s=float(decision.backoff_s) if action is Decision.RETRY else 0.0,
             checkpoint_step_before=steps[0], checkpoint_step_after=steps[1], hung=run.hung,
             stop_signal=run.stop_signal, launcher=self.launcher, in_job_restarts=restarts,
             launch_error=run.launch_error, hang_timeout_s=hang_timeout,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from wrapper.outcome import OutcomeRecord
 
 from wrapper.backoff import Backoff
 
@@ -35,7 +38,7 @@ class Judge(Protocol):
         step: int | None, retries_used_in_allocation: int,
     ) -> Any: ...
 
-    def record(self, outcome: Mapping[str, Any]) -> Any: ...
+    def record(self, outcome: OutcomeRecord) -> Any: ...
 
 
 class RuleJudge:
@@ -80,5 +83,6 @@ class RuleJudge:
             step=step, retries_used_in_allocation=retries_used_in_allocation,
         )
 
-    def record(self, outcome: Mapping[str, Any]) -> Any:
-        return self.store.record(outcome)
+    def record(self, outcome: OutcomeRecord) -> Any:
+        # the history file is JSON: the typed record becomes a dict only here
+        return self.store.record(outcome.to_dict())
