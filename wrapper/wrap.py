@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -58,6 +59,12 @@ class WrapConfig:
     expect_finished_flag: Path | None = None
     outcome_file: Path | None = None
     poll_s: float = 0.05
+    # what any stop the wrapper receives reaches the training as (--stop-signal)
+    stop_signal: int = signal.SIGTERM
+
+    @property
+    def stop_signal_name(self) -> str:
+        return signal.Signals(self.stop_signal).name
 
     def exit_code_for(self, decision: str) -> int:
         return {"complete": 0, "reschedule": self.reschedule_code}.get(decision, self.abort_code)
@@ -105,7 +112,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay()
+    relay = SignalRelay(config.stop_signal)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)
