@@ -33,6 +33,9 @@ _STRAGGLER_WARNING = re.compile(r"STRAGGLER DETECTION WARNING.*Affected ranks: (
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
 _SCORE = re.compile(r"\bRank=(\d+) Node=(\S+) Score=([0-9.]+)")
 _EXC_NAME = re.compile(r"^([A-Za-z_][\w.]*)\(")
+# What the healthy ranks die of while they wait for the failed one (cascades)
+_ECHO = re.compile(r"Timed out waiting \d+ms|Connection closed by peer|Connection reset by peer"
+                   r"|Broken pipe|ProcessGroup(?:Gloo|NCCL)? (?:is )?aborted|NCCL communicator")
 
 
 @dataclass(frozen=True)
@@ -162,9 +165,10 @@ def _root_cause(fn_ex: list[tuple[int, str]]) -> tuple[str | None, str | None]:
         name = match.group(1).rsplit(".", 1)[-1] if match else None
         if name is None:
             continue
-        if name != "RankShouldRestart":
-            return name, innermost
-        echoes.append((name, innermost))
+        if name == "RankShouldRestart" or _ECHO.search(innermost):
+            echoes.append((name, innermost))  # a peer waiting on the failed rank
+            continue
+        return name, innermost
     return echoes[0] if echoes else (None, None)
 
 
