@@ -31,7 +31,7 @@ _ABORT_ITERATION = re.compile(r"state\.iteration=(\d+)")
 _WORLD_TOO_SMALL = re.compile(r"state\.active_world_size=(\d+) self\.min_active_world_size=(\d+)")
 _STRAGGLER_WARNING = re.compile(r"STRAGGLER DETECTION WARNING.*Affected ranks: (\{.*\})")
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
-_SCORE = re.compile(r"\bRank=(\d+) Node=(\S+) Score=([0-9.]+)")
+_SCORE = re.compile(r"(?:\bSection=(\S+) )?\bRank=(\d+) Node=(\S+) Score=([0-9.]+)")
 _EXC_NAME = re.compile(r"^([A-Za-z_][\w.]*)\(")
 # What the healthy ranks die of while they wait for the failed one (cascades)
 _ECHO = re.compile(r"Timed out waiting \d+ms|Connection closed by peer|Connection reset by peer"
@@ -96,6 +96,7 @@ class NvrxWatch:
         self.restart_abort: str | None = None
         self.flagged: dict[int, str] = {}
         self.scores: dict[int, float] = {}
+        self.section_scores: dict[str, dict[int, float]] = {}
 
     def feed(self, text: str) -> bool:
         """Read a block of lines; True when it shows an in-process restart under way."""
@@ -112,8 +113,11 @@ class NvrxWatch:
             if (m := _STRAGGLER_WARNING.search(line)) is not None:
                 for rank, node in _STRAGGLER_ID.findall(m.group(1)):
                     self.flagged[int(rank)] = node
-            for rank, _node, score in _SCORE.findall(line):
-                self.scores[int(rank)] = float(score)
+            for section, rank, _node, score in _SCORE.findall(line):
+                if section:
+                    self.section_scores.setdefault(section, {})[int(rank)] = float(score)
+                else:
+                    self.scores[int(rank)] = float(score)
         return restarting
 
     @property
@@ -141,7 +145,7 @@ class NvrxWatch:
 
     def straggler_report(self, report_file: Path | None) -> StragglerReport | None:
         flagged, scores = dict(self.flagged), dict(self.scores)
-        sections: dict[str, dict[int, float]] = {}
+        sections = {name: dict(ranks) for name, ranks in self.section_scores.items()}
         from_file = read_straggler_report(report_file) if report_file else None
         if from_file is not None:
             flagged.update(from_file.flagged)
