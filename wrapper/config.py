@@ -8,6 +8,7 @@ importing each other.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -77,6 +78,12 @@ class WrapConfig:
     expect_finished_flag: Path | None = None
     outcome_file: Path | None = None
     poll_s: float = 0.05
+    # what any stop the wrapper receives reaches the training as (--stop-signal)
+    stop_signal: int = signal.SIGTERM
+
+    @property
+    def stop_signal_name(self) -> str:
+        return signal.Signals(self.stop_signal).name
 
     def exit_code_for(self, decision: Decision | str) -> int:
         """The wrapper's exit code for its final decision (retry never leaves)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -82,7 +83,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay()
+    relay = SignalRelay(config.stop_signal)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)

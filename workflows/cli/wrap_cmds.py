@@ -18,6 +18,7 @@ from wrapper.backoff import parse_backoff
 from wrapper.durations import parse_duration
 from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
+from wrapper.stop_outcome import parse_stop_signal
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
 _PATH = click.Path(path_type=Path)
@@ -77,6 +78,10 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Node name for the records (default: the hostname).")
 @click.option("--outcome-file", type=_PATH, default=None, envvar=cfg.OUTCOME_FILE_ENV,
               help="Also write the final outcome record here.")
+@click.option("--stop-signal", default="TERM", show_default=True, envvar="RESCHED_STOP_SIGNAL",
+              help="Any stop the wrapper receives (TERM, INT, HUP, USR1, Slurm's grace) "
+                   "reaches the training as this signal, then --grace, then SIGKILL. "
+                   "Lightning (SLURM auto-requeue) listens for USR1.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
@@ -85,6 +90,7 @@ def wrap(
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
     expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
+    stop_signal: str = "TERM",
 ) -> None:
     """Run CMD, classify how it ended, and retry / reschedule / abort.
 
@@ -113,6 +119,7 @@ def wrap(
             rule_files=tuple(rule_files),
             expect_finished_flag=expect_finished_flag,
             outcome_file=outcome_file,
+            stop_signal=parse_stop_signal(stop_signal),
         )
         code = run_wrap(config)
     except ReschedError as error:
