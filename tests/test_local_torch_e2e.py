@@ -15,6 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
 
 TEMPLATE = REPO / "templates" / "multi-node-torchrun.yaml"
 DEMO_VALUES = REPO / "examples" / "local-demo.yaml"
+# Each @Nckpt fault fires after the previous one was recovered (the chaos driver waits):
+# exit 16's own last save is uploaded before the wrapper sees the exit, and must not
+# bring the SIGTERM onto that recovery (it once did: "detection_s is None").
 ALL_FAULTS = "kill:master@1ckpt,hang:worker_1@2ckpt,exit:master=16@3ckpt,term:master@4ckpt"
 
 

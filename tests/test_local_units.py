@@ -11,9 +11,9 @@ import pytest
 from workflows.backends.local.chaos import ChaosError, Fault, parse_chaos
 from workflows.backends.local.plan import LocalOptions, build_plan, substitute_tokens
 from workflows.backends.local.report import fault_metrics, run_metrics, summary_line, young_daly
-from workflows.backends.local.semantics import exit_decision, group_reaction
 from workflows.backends.local.timeline import Timeline, parse_line
 from workflows.errors import SpecError
+from workflows.osmo_runtime import exit_decision, group_reaction
 from workflows.spec_load import parse_workflow
 
 TASKS = ["master", "worker_1"]
@@ -55,7 +55,7 @@ def plan_of(text: str = SPEC, **options: object):
 
 # -- exitActions (section 5) ----------------------------------------------------------
 def test_exit_actions_first_match_then_default() -> None:
-    master = plan_of().groups[0].tasks[0]
+    master = plan_of().groups[0].tasks[0].exit_rules
     assert exit_decision(master, 3, retry_id=0, max_retry_per_task=3).action == "RESCHEDULE"
     assert exit_decision(master, 16, retry_id=0, max_retry_per_task=3).action == "RESCHEDULE"
     assert exit_decision(master, 2, retry_id=0, max_retry_per_task=3).matched == "FAIL"
@@ -65,7 +65,7 @@ def test_exit_actions_first_match_then_default() -> None:
 
 
 def test_reschedule_skipped_at_retry_limit_names_osmo_default() -> None:
-    master = plan_of().groups[0].tasks[0]
+    master = plan_of().groups[0].tasks[0].exit_rules
     assert exit_decision(master, 3, retry_id=2, max_retry_per_task=3).action == "RESCHEDULE"
     limited = exit_decision(master, 3, retry_id=3, max_retry_per_task=3)
     assert limited.action == "FAIL" and "retry limit 3" in limited.note
