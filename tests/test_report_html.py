@@ -141,3 +141,21 @@ def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Pat
     errors = [line for line in done.stderr.splitlines() if line.startswith("resched: error")]
     assert len(errors) == 1 and "was not written by `resched report`" in errors[0]
     assert theirs.read_text() == "someone's page" and not (tmp_path / "w").exists()
+
+
+def test_credentials_in_the_stored_timeline_never_reach_text_json_or_page(tmp_path: Path) -> None:
+    run = one_fault_run()
+    secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKEY"
+    url = f"s3://AKIAIOSFODNN7EXAMPLE:{secret}@127.0.0.1:9000/team/run7"
+    for event in run.events:
+        if event["kind"] in ("checkpoint_uploaded", "wrapper_checkpoint_restored"):
+            event["url"] = url
+    run.attempts[0]["note"] = f"upload to {url} failed"
+    run_dir = run.write(tmp_path / "run")
+    page = tmp_path / "page.html"
+    for args in ((str(run_dir), "--html", str(page)), (str(run_dir), "--json")):
+        done = _resched("report", *args)
+        assert done.returncode == 0, done.stderr
+        assert secret not in done.stdout + done.stderr and "AKIAIOSFODNN7EXAMPLE" not in done.stdout
+    assert "s3://***@127.0.0.1:9000/team/run7" in done.stdout
+    assert secret not in page.read_text()
