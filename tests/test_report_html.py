@@ -159,3 +159,12 @@ def test_credentials_in_the_stored_timeline_never_reach_text_json_or_page(tmp_pa
         assert secret not in done.stdout + done.stderr and "AKIAIOSFODNN7EXAMPLE" not in done.stdout
     assert "s3://***@127.0.0.1:9000/team/run7" in done.stdout
     assert secret not in page.read_text()
+
+
+def test_a_run_id_finds_the_default_run_directory(tmp_path: Path) -> None:
+    one_fault_run().write(tmp_path / ".resched" / "runs" / "train-run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    done = subprocess.run([RESCHED, "report", "train-run"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().splitlines()[-1].startswith("COMPLETED in 18s: 1 fault")

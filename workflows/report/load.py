@@ -38,7 +38,10 @@ _FIELDS: Mapping[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
 
 
 def report_path(path: Path) -> Path:
-    """The report file of ``path`` (a run directory or the file itself)."""
+    """The report file of ``path`` (a run directory, the file itself, or a run id)."""
+    by_id = Path(".resched") / "runs" / path  # `resched run`'s default --workdir
+    if not path.exists() and len(path.parts) == 1 and by_id.is_dir():
+        path = by_id
     if not path.exists():
         raise UsageError("no such run directory or report file", where=str(path), fix=_FIX)
     if path.is_dir():
