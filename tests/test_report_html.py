@@ -116,12 +116,21 @@ def _bad_run_dirs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 def test_bad_run_directories_get_one_clear_line_and_exit_2(tmp_path: Path) -> None:
-    for name, (path, expected) in _bad_run_dirs(tmp_path).items():
-        done = _resched("report", str(path))
-        assert done.returncode == 2, (name, done.stderr)
-        lines = done.stderr.strip().splitlines()
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    bad = _bad_run_dirs(tmp_path)
+    for name, (path, expected) in bad.items():  # in process: the same CLI, no start-up cost
+        result = CliRunner().invoke(main, ["report", str(path)])
+        assert result.exit_code == 2, (name, result.output)
+        lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (name, lines)
-        assert "(fix: " in lines[0] and "Traceback" not in done.stderr and done.stdout == ""
+        assert "(fix: " in lines[0] and result.stdout == ""
+    for name in ("missing", "corrupt"):  # and as a real process: no traceback on the way out
+        done = _resched("report", str(bad[name][0]))
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Path) -> None:
