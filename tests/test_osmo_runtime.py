@@ -224,3 +224,20 @@ def test_backend_flags_come_from_the_option_tables(tmp_path, args: list[str], me
     result = CliRunner().invoke(main, ["submit", str(spec), "--dry-run", *args])
     assert result.exit_code != 0 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) <= 2  # lint lines aside, one line for the error
+
+
+def test_another_workflows_task_input_is_osmos_business_not_the_emulators(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text('workflow:\n  name: w\n  tasks:\n  - name: a\n    command: ["true"]\n'
+                    '    inputs:\n    - task: "wf-12:b"\n')
+    sent = CliRunner().invoke(main, ["submit", "--backend", "osmo", "--dry-run", str(spec)])
+    assert sent.exit_code == 0, sent.output
+    assert 'wf-12:b' in sent.output
+    for backend in ("local", "slurm"):
+        refused = CliRunner().invoke(main, ["submit", "--backend", backend, "--dry-run", str(spec)])
+        assert refused.exit_code != 0 and f"{spec}:7 workflow.tasks[0].inputs[0]" in refused.output
+        assert "of workflow wf-12" in refused.output
