@@ -137,7 +137,7 @@ def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
             once(final=False)
             due = schedule.next_due(time.monotonic())
         time.sleep(poll_s)
-    once(final=True)
+    once(final=True)  # schedule.final_upload_after_exit: whatever ended the task
     return committed
 
 
