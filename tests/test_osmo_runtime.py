@@ -167,6 +167,11 @@ def test_the_module_is_pure_and_light() -> None:
             "print(sorted(m for m in ('pydantic', 'click', 'yaml', 'fsspec', 'subprocess') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+    # ... and the Slurm in-job helper that uses it (with the transfer helpers) stays light too
+    code = ("import sys, workflows.backends.slurm.jobside; "
+            "print(sorted(m for m in ('pydantic', 'click', 'yaml', 'jinja2', 'fsspec') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 # -- the pipeline: a bad DAG or a bad option is one line before anything runs ----------------
