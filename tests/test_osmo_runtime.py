@@ -246,3 +246,18 @@ def test_another_workflows_task_input_is_osmos_business_not_the_emulators(tmp_pa
         refused = CliRunner().invoke(main, ["submit", "--backend", backend, "--dry-run", str(spec)])
         assert refused.exit_code != 0 and f"{spec}:7 workflow.tasks[0].inputs[0]" in refused.output
         assert "of workflow wf-12" in refused.output
+
+
+@pytest.mark.parametrize("command", [["run"], ["submit", "--backend", "slurm", "--dry-run"]])
+def test_a_regex_that_does_not_compile_is_one_line_before_anything_runs(tmp_path, command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text('workflow:\n  name: w\n  tasks:\n  - name: a\n    command: ["true"]\n'
+                    '    outputs:\n    - url: file:///nowhere/out\n      regex: "(unclosed"\n')
+    result = CliRunner().invoke(main, [*command, str(spec), "--workdir", str(tmp_path / "work")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"{spec}:8 workflow.tasks[0].outputs[0].regex: regex '(unclosed' does not compile" in result.output
+    assert not (tmp_path / "work").exists()

@@ -331,11 +331,34 @@ def input_token_key(token: Token, rules: Sequence[InputRule]) -> int | None:
 
 # ------------------------------------------------------------------------------- DAG
 class DagError(ValueError):
-    """A ``task:`` input that cannot be ordered; ``path`` is the YAML path to point at."""
+    """A spec the runtime cannot run (a ``task:`` input that cannot be ordered, a ``regex:``
+    that does not compile); ``path`` is the YAML path to point at."""
 
     def __init__(self, message: str, path: str, fix: str) -> None:
         super().__init__(message)
         self.path, self.fix = path, fix
+
+
+def check_patterns(spec: object) -> None:
+    """Every ``regex:`` (inputs, outputs, checkpoint) compiles, before anything runs:
+    otherwise the first staging or upload would fail halfway, after work was done."""
+    groups = spec.task_groups()  # type: ignore[attr-defined]
+    flat = getattr(spec, "groups", None) is None
+    for g_index, group in enumerate(groups):
+        for t_index, task in enumerate(group.tasks):
+            base = f"workflow.tasks[{g_index}]" if flat else f"workflow.groups[{g_index}].tasks[{t_index}]"
+            for field in ("inputs", "outputs", "checkpoint"):
+                for index, item in enumerate(getattr(task, field, ())):
+                    regex = getattr(item, "regex", None)
+                    if regex is None:
+                        continue
+                    try:
+                        re.compile(regex)
+                    except re.error as error:
+                        raise DagError(f"regex {regex!r} does not compile: {error}",
+                                       f"{base}.{field}[{index}].regex",
+                                       "write a Python regular expression (it is searched in "
+                                       "each file's path relative to the folder)") from None
 
 
 @dataclass(frozen=True)
