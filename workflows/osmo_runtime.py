@@ -316,7 +316,8 @@ def input_rules(inputs: Sequence[object]) -> tuple[InputRule, ...]:
             rules.append(InputRule(index, InputKind.TASK, name, getattr(item, "regex", None),
                                    workflow_id or None))
         else:
-            rules.append(InputRule(index, InputKind.URL, str(getattr(item, "url", "")), getattr(item, "regex", None)))
+            url = str(getattr(item, "url", ""))
+            rules.append(InputRule(index, InputKind.URL, url, getattr(item, "regex", None)))
     return tuple(rules)
 
 
@@ -326,7 +327,8 @@ def input_token_key(token: Token, rules: Sequence[InputRule]) -> int | None:
     if index is not None:
         return index if index < len(rules) else None
     wanted = normalize_name(token.argument)
-    return next((r.index for r in rules if r.kind is InputKind.TASK and normalize_name(r.source) == wanted), None)
+    named = (r.index for r in rules if r.kind is InputKind.TASK and normalize_name(r.source) == wanted)
+    return next(named, None)
 
 
 # ------------------------------------------------------------------------------- DAG
@@ -490,4 +492,5 @@ def workflow_dag(spec: object, *, other_workflows: bool = False) -> WorkflowDag:
 
 def lead_first(tasks: Sequence[object]) -> tuple[object, ...]:
     """The lead first (it starts first and its end decides), then the others in spec order."""
-    return (*(t for t in tasks if getattr(t, "lead", False)), *(t for t in tasks if not getattr(t, "lead", False)))
+    leads = tuple(t for t in tasks if getattr(t, "lead", False))
+    return (*leads, *(t for t in tasks if t not in leads))

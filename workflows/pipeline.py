@@ -105,11 +105,12 @@ def prepare_request(
     show_findings: Callable[[tuple[Finding, ...]], None] = lambda findings: None,
     verb: str = "submit",
 ) -> Request:
-    """lint gate -> runtime check (regexes, DAG) -> the backend's pure dry run. ``backend.submit(request)``
-    is then the only side effect; ``--dry-run`` prints ``request.materialize()``."""
-    job = load_workflow(
-        path, values, lint_options=LintOptions(target=backend.lint_target, pool_retry_limit=pool_retry_limit)
-    )
+    """lint gate -> runtime check (regexes, DAG) -> the backend's pure dry run.
+
+    ``backend.submit(request)`` is then the only side effect; ``--dry-run`` prints
+    ``request.materialize()``."""
+    lint = LintOptions(target=backend.lint_target, pool_retry_limit=pool_retry_limit)
+    job = load_workflow(path, values, lint_options=lint)
     show_findings(job.findings)
     lint_gate(job, strict=strict, verb=verb)
     check_runtime(job, other_workflows=not backend.emulates_runtime)

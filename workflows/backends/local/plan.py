@@ -21,6 +21,7 @@ from workflows.errors import SpecError
 from workflows.spec import Group, Task, Workflow
 
 LOCAL_HOST = "127.0.0.1"
+_INPUT_FIX = "use {{input:N}} with N < the number of inputs, or a task listed under inputs"
 
 
 @dataclass(frozen=True)
@@ -315,7 +316,7 @@ def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: s
         raise SpecError(
             f"{token.text} names no input of this task",
             where=where,
-            fix="use {{input:N}} with N < the number of inputs, or a task listed under inputs",
+            fix=_INPUT_FIX,
         )
     return str(inputs[index].dest)
 
@@ -331,8 +332,7 @@ def substitute_tokens(text: str, values: Mapping[str, str], *, where: str) -> st
             key = "input:" + (token.argument if token.input_index is not None
                               else rt.normalize_name(token.argument))
         if key not in values:
-            raise SpecError(f"{token.text} names no input of this task", where=where,
-                            fix="use {{input:N}} with N < the number of inputs, or a task listed under inputs")
+            raise SpecError(f"{token.text} names no input of this task", where=where, fix=_INPUT_FIX)
         return values[key]
 
     return rt.substitute(text, one)

@@ -89,7 +89,8 @@ def stage_dir(source: Path, dest: Path, regex: str | None = None) -> str:
     copy_outputs(source, dest)
     dropped = keep_matching(dest, InputRule(0, InputKind.TASK, str(source), regex))
     files = sum(1 for p in dest.rglob("*") if p.is_file())
-    return f"staged {source} -> {dest}: {files} file(s)" + (f", {dropped} left out by {regex!r}" if dropped else "")
+    left_out = f", {dropped} left out by {regex!r}" if dropped else ""
+    return f"staged {source} -> {dest}: {files} file(s){left_out}"
 
 
 def upload(directory: Path, url: str, regex: str | None = None) -> str:
