@@ -330,3 +330,23 @@ def test_bash_group_rules_are_osmo_runtime_group_reaction(ignore: bool) -> None:
             expected = ("end" if reaction.group_status is not None
                         else "requeue" if reaction.new_pod else "wait")
             assert done.stdout.strip() == expected, (role, action)
+
+
+def test_a_diamond_waits_for_every_upstream_job(tmp_path: Path) -> None:
+    (tmp_path / "wf.yaml").write_text("""\
+workflow:
+  name: diamond
+  tasks:
+  - {name: join, command: ["true"], inputs: [{task: left}, {task: Right_Side}]}
+  - {name: left, command: ["true"], inputs: [{task: root}]}
+  - {name: right-side, command: ["true"], inputs: [{task: root}]}
+  - {name: root, command: ["true"]}
+""")
+    request = dry_run(tmp_path / "wf.yaml", workdir="/w")
+    order = [job.group for job in request.jobs]
+    assert order[0] == "root-group" and order[-1] == "join-group"
+    join = request.jobs[-1]
+    argv = join.argv_with({"left-group": "11", "right-side-group": "12", "root-group": "10"})
+    assert "--dependency=afterok:11:12" in argv
+    assert "--export=ALL,RESCHED_JOB_OF_LEFT_GROUP=11,RESCHED_JOB_OF_RIGHT_SIDE_GROUP=12" in argv
+    assert "${RESCHED_JOB_OF_RIGHT_SIDE_GROUP:?set by resched submit}/outputs/right-side" in join.script
