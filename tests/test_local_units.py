@@ -113,6 +113,8 @@ def test_plan_substitutes_tokens_everywhere() -> None:
     assert master.checkpoints[0].frequency_s == 60
     eval_task = plan.groups[1].tasks[0]
     assert eval_task.argv == ("cat", "/w/tasks/eval/input/0")
+    uuid_spec = SPEC.replace('command: ["true"]', 'command: ["echo", "{{uuid}}", "{{workflow_id}}"]')
+    assert plan_of(uuid_spec).groups[0].tasks[1].argv == ("echo", "run-1-worker_1", "run-1")
     assert plan.groups[1].depends_on == ("train",)
     assert plan.exec_timeout_s == 90
     assert any("nvcr.io/x" in note for note in plan.not_emulated)

@@ -237,7 +237,8 @@ def _plan_task(task: Task, group: str, run_id: str, workdir: Path, base_dir: Pat
     where = f"task {task.name}"
 
     def resolve(token: rt.Token) -> str:
-        return _token_value(token, inputs, run_id=run_id, output_dir=task_dir / "output", where=where)
+        return _token_value(token, inputs, run_id=run_id, task=task.name,
+                            output_dir=task_dir / "output", where=where)
 
     def sub(text: str) -> str:
         return rt.substitute(text, resolve)
@@ -302,13 +303,15 @@ def _plan_file(entry: object, sub: object, base_dir: Path, where: str) -> TaskFi
     return TaskFile(path=path, data=data)
 
 
-def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: str,
+def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: str, task: str,
                  output_dir: Path, where: str) -> str:
     """A token's local value: staged paths, this run's id, and 127.0.0.1 for every host."""
     if token.kind is rt.TokenKind.HOST:
         return LOCAL_HOST
-    if token.kind in (rt.TokenKind.WORKFLOW_ID, rt.TokenKind.UUID):
+    if token.kind is rt.TokenKind.WORKFLOW_ID:
         return run_id
+    if token.kind is rt.TokenKind.UUID:  # OSMO: the task's uuid, the same for every retry
+        return f"{run_id}-{task}"
     if token.kind is rt.TokenKind.OUTPUT:
         return str(output_dir)
     index = rt.input_token_key(token, [i.rule for i in inputs])
