@@ -266,3 +266,10 @@ def test_fault_metrics_follow_one_fault_through_recovery() -> None:
     assert line.startswith("COMPLETED in 16s: 1 fault, detection 0.2 s, resume 3.3 s, ETTR 0.67 "
                            "(Young/Daly model ")
     assert "bound" not in line
+
+
+def test_a_host_token_must_name_a_task_of_the_workflow() -> None:
+    with pytest.raises(SpecError, match=r"\{\{host:nobody\}\} names no task of this workflow"):
+        plan_of(SPEC.replace("{{host:worker_1}}", "{{host:nobody}}"))
+    # another group's task is fine locally (every task is on 127.0.0.1); names compare loosely
+    assert "127.0.0.1" in plan_of(SPEC.replace("{{host:worker_1}}", "{{host:EVAL}}")).groups[0].tasks[0].argv[2]

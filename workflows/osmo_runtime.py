@@ -68,6 +68,12 @@ def substitute(text: str, resolve: Callable[[Token], str]) -> str:
     return TOKEN.sub(lambda m: resolve(parse_token(m.group(1))), text)
 
 
+def host_task(token: Token, task_names: Iterable[str]) -> str | None:
+    """The task ``{{host:T}}`` names, as spelled in the spec; None: no such task."""
+    wanted = normalize_name(token.argument)
+    return next((t for t in task_names if normalize_name(t) == wanted), None)
+
+
 def normalize_name(name: str) -> str:
     """OSMO compares names case-insensitively with ``-`` and ``_`` treated as equal."""
     return name.lower().replace("_", "-")

@@ -175,8 +175,9 @@ def build_plan(
     """Pure: resolve ``spec`` into the plan the executor follows."""
     groups = spec.task_groups()
     dag = dag_of(spec)
+    names = tuple(t.name for t in spec.all_tasks())
     planned = tuple(
-        _plan_group(g, dag.upstream[g.name], run_id=run_id, workdir=workdir, base_dir=base_dir)
+        _plan_group(g, dag.upstream[g.name], names, run_id=run_id, workdir=workdir, base_dir=base_dir)
         for g in groups
     )
     notes = _not_emulated(spec)
@@ -214,9 +215,10 @@ def dag_of(spec: Workflow) -> rt.WorkflowDag:
 
 
 def _plan_group(
-    group: Group, upstream: tuple[str, ...], *, run_id: str, workdir: Path, base_dir: Path
+    group: Group, upstream: tuple[str, ...], names: tuple[str, ...], *, run_id: str, workdir: Path,
+    base_dir: Path,
 ) -> PlannedGroup:
-    tasks = tuple(_plan_task(t, group.name, run_id, workdir, base_dir) for t in group.tasks)
+    tasks = tuple(_plan_task(t, group.name, names, run_id, workdir, base_dir) for t in group.tasks)
     return PlannedGroup(
         name=group.name,
         ignore_nonlead_status=group.ignoreNonleadStatus,
@@ -230,13 +232,17 @@ def task_dir_of(workdir: Path, task_name: str) -> Path:
     return workdir / "tasks" / task_name
 
 
-def _plan_task(task: Task, group: str, run_id: str, workdir: Path, base_dir: Path) -> PlannedTask:
+def _plan_task(task: Task, group: str, names: tuple[str, ...], run_id: str, workdir: Path,
+               base_dir: Path) -> PlannedTask:
     task_dir = task_dir_of(workdir, task.name)
     inputs = tuple(PlannedInput(rule, task_dir / "input" / str(rule.index))
                    for rule in rt.input_rules(task.inputs))
     where = f"task {task.name}"
 
     def resolve(token: rt.Token) -> str:
+        if token.kind is rt.TokenKind.HOST and rt.host_task(token, names) is None:
+            raise SpecError(f"{token.text} names no task of this workflow", where=where,
+                            fix=f"use one of: {', '.join(names)}")
         return _token_value(token, inputs, run_id=run_id, task=task.name,
                             output_dir=task_dir / "output", where=where)
 
