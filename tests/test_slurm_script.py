@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from workflows.backends.slurm import SlurmBackend, SlurmRequest
@@ -24,7 +24,7 @@ from workflows.backends.slurm.script import exit_action_function, slurm_time
 from workflows.backends.slurm.status import read_job_status
 from workflows.backends.slurm.tasks import TokenMap, shell_word
 from workflows.errors import BackendError, UsageError
-from workflows.osmo_runtime import InputKind, InputRule
+from workflows.osmo_runtime import TOKEN, InputKind, InputRule
 from workflows.pipeline import load_workflow
 from workflows.spec import Task
 from workflows.values import ValueOptions
@@ -153,7 +153,11 @@ TOKENS = TokenMap(group_tasks=("master", "worker_1"),
 )
 @settings(max_examples=60, deadline=None)
 def test_shell_word_survives_bash_exactly(text: str) -> None:
-    word = shell_word(text + " {{host:worker_1}} {{workflow_id}}", TOKENS)
+    full = text + " {{host:worker_1}} {{workflow_id}}"
+    # Text that runs into the appended tokens makes another token (e.g. "{{host:" + ...
+    # reads as {{host: {{host:worker_1}}): OSMO would read it so too; not this test's case.
+    assume(TOKEN.findall(full) == ["host:worker_1", "workflow_id"])
+    word = shell_word(full, TOKENS)
     env = {"PATH": os.environ["PATH"], "RESCHED_HOST_WORKER_1": "10.0.0.7", "SLURM_JOB_ID": "42"}
     done = subprocess.run(
         ["bash", "-c", f"printf %s {word}"], env=env, capture_output=True, check=True
