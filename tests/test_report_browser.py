@@ -121,7 +121,7 @@ def test_a_real_run_with_a_fault_renders_its_attempts_and_recovery(tmp_path: Pat
     # plain sh, no resched import: steps, a checkpoint file, resume from it
     stepper = ("s=0; if [ -e {{output}}/state ]; then s=$(cat {{output}}/state); "
                "echo resched-train: resumed from step $s; fi; i=$s; while [ $i -lt 40 ]; do i=$((i+1)); "
-               "sleep 0.05; echo resched-train: step $i; if [ $((i % 5)) -eq 0 ]; then echo $i > {{output}}/state; "
+               "sleep 0.05; echo resched-train: step $i; if [ $((i % 2)) -eq 0 ]; then echo $i > {{output}}/state; "
                "echo resched-train: checkpoint step $i save_s 0.001; fi; done")
     spec = write_workflow(tmp_path, f"""
         workflow:
@@ -133,7 +133,9 @@ def test_a_real_run_with_a_fault_renders_its_attempts_and_recovery(tmp_path: Pat
             exitActions: {{RESCHEDULE: 137}}
     """)
     html = tmp_path / "run.html"
-    run = run_local(spec, "--chaos", "random:mtbf=1s,seed=3,kinds=podkill,max=1", "--html", str(html),
+    # seed 3 draws the kill 0.46 x 3 s = 1.4 s after the first step: mid-training, after
+    # a checkpoint (one every 2 steps), before the 40 steps (>= 2 s) are done
+    run = run_local(spec, "--chaos", "random:mtbf=3s,seed=3,kinds=podkill,max=1", "--html", str(html),
                     workdir=tmp_path / "w")
     assert run.returncode == 0, run.stderr
     assert "html: resched report" in run.stderr  # the command is offered at the end of the run

@@ -116,12 +116,21 @@ def _bad_run_dirs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 def test_bad_run_directories_get_one_clear_line_and_exit_2(tmp_path: Path) -> None:
-    for name, (path, expected) in _bad_run_dirs(tmp_path).items():
-        done = _resched("report", str(path))
-        assert done.returncode == 2, (name, done.stderr)
-        lines = done.stderr.strip().splitlines()
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    bad = _bad_run_dirs(tmp_path)
+    for name, (path, expected) in bad.items():  # in process: the same CLI, no start-up cost
+        result = CliRunner().invoke(main, ["report", str(path)])
+        assert result.exit_code == 2, (name, result.output)
+        lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (name, lines)
-        assert "(fix: " in lines[0] and "Traceback" not in done.stderr and done.stdout == ""
+        assert "(fix: " in lines[0] and result.stdout == ""
+    for name in ("missing", "corrupt"):  # and as a real process: no traceback on the way out
+        done = _resched("report", str(bad[name][0]))
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Path) -> None:
@@ -141,3 +150,30 @@ def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Pat
     errors = [line for line in done.stderr.splitlines() if line.startswith("resched: error")]
     assert len(errors) == 1 and "was not written by `resched report`" in errors[0]
     assert theirs.read_text() == "someone's page" and not (tmp_path / "w").exists()
+
+
+def test_credentials_in_the_stored_timeline_never_reach_text_json_or_page(tmp_path: Path) -> None:
+    run = one_fault_run()
+    secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKEY"
+    url = f"s3://AKIAIOSFODNN7EXAMPLE:{secret}@127.0.0.1:9000/team/run7"
+    for event in run.events:
+        if event["kind"] in ("checkpoint_uploaded", "wrapper_checkpoint_restored"):
+            event["url"] = url
+    run.attempts[0]["note"] = f"upload to {url} failed"
+    run_dir = run.write(tmp_path / "run")
+    page = tmp_path / "page.html"
+    for args in ((str(run_dir), "--html", str(page)), (str(run_dir), "--json")):
+        done = _resched("report", *args)
+        assert done.returncode == 0, done.stderr
+        assert secret not in done.stdout + done.stderr and "AKIAIOSFODNN7EXAMPLE" not in done.stdout
+    assert "s3://***@127.0.0.1:9000/team/run7" in done.stdout
+    assert secret not in page.read_text()
+
+
+def test_a_run_id_finds_the_default_run_directory(tmp_path: Path) -> None:
+    one_fault_run().write(tmp_path / ".resched" / "runs" / "train-run")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    done = subprocess.run([RESCHED, "report", "train-run"], capture_output=True, text=True, timeout=60,
+                          env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().splitlines()[-1].startswith("COMPLETED in 18s: 1 fault")

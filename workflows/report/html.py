@@ -298,12 +298,19 @@ def _faults_table(report: Mapping[str, Any]) -> str:
             f'<td class="num">{_num(f.get("detection_s"), "{:.2f}")}</td>'
             f'<td class="num">{_num(f.get("resume_s"), "{:.2f}")}</td>'
             f'<td class="num">{esc(f.get("lost_steps", "–"))}</td>'
-            f"<td>{esc(f.get('step_before'))} → {esc(f.get('restored_step'))}</td>"
+            f"<td>{_steps_of(f)}</td>"
             f"<td>{esc(f.get('decision') or '?')}</td><td>{esc(f.get('rule') or '')}</td>"
             f"<td>{'interrupted by the next fault' if f.get('interrupted') else ''}</td></tr>")
     return ("<table><tr><th>fault</th><th>task</th><th>detection s</th><th>resume s</th>"
             "<th>lost steps</th><th>step → restored</th><th>decision</th><th>rule</th><th></th></tr>"
             + "".join(rows) + "</table>")
+
+
+def _steps_of(fault: Mapping[str, Any]) -> str:
+    if fault.get("step_before") is None:
+        return "before the first step"
+    restored = fault.get("restored_step")
+    return f"{esc(fault['step_before'])} → {esc(restored if restored is not None else '?')}"
 
 
 def _attempts_table(report: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from workflows.backends.local.report import fault_metrics, run_metrics, summary_
 from workflows.backends.local.summary import attempt_detail
 from workflows.backends.local.timeline import Event
 from workflows.errors import UsageError
+from wrapper.redact import redact_data
 
 REPORT_NAME = "report.json"
 _FIX = "pass the --workdir of a finished `resched run` (default .resched/runs/<run id>) or its report.json"
@@ -37,7 +38,10 @@ _FIELDS: Mapping[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
 
 
 def report_path(path: Path) -> Path:
-    """The report file of ``path`` (a run directory or the file itself)."""
+    """The report file of ``path`` (a run directory, the file itself, or a run id)."""
+    by_id = Path(".resched") / "runs" / path  # `resched run`'s default --workdir
+    if not path.exists() and len(path.parts) == 1 and by_id.is_dir():
+        path = by_id
     if not path.exists():
         raise UsageError("no such run directory or report file", where=str(path), fix=_FIX)
     if path.is_dir():
@@ -77,7 +81,8 @@ def load_report(path: Path) -> dict[str, Any]:
     metrics = run_metrics(events, faults, float(data["ended_at"]) - float(data["started_at"]))
     data.update(faults=faults, metrics=metrics, time_breakdown=time_breakdown(events, faults, metrics),
                 summary=summary_line(data["status"], metrics), source=str(file))
-    return data
+    # everything shown comes from here: a store URL with a key in it never reaches a page
+    return redact_data(data)  # type: ignore[no-any-return]
 
 
 def add_baseline(report: dict[str, Any], baseline_path: Path) -> None:
