@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workflows.backends.transfer import copy_outputs, keep_matching, upload_tree
 from workflows.osmo_runtime import (
     CheckpointSchedule,
     InputKind,
@@ -76,48 +77,28 @@ def stage(url: str, dest: Path, regex: str | None = None) -> str:
     from wrapper.checkpoint import stage_url
 
     result = stage_url(url, dest)
-    dropped = keep_matching(dest, InputRule(0, InputKind.URL, url, regex)) if regex else 0
+    dropped = keep_matching(dest, InputRule(0, InputKind.URL, url, regex))
     return (f"staged {url} -> {dest}: {result.kind}, {result.files} file(s), step {result.step}"
             + (f", {dropped} not matching {regex!r} left out" if dropped else ""))
 
 
 def stage_dir(source: Path, dest: Path, regex: str | None = None) -> str:
     """A ``task:`` input: the upstream task's outputs, published when its group completed."""
-    import shutil
-
     if not source.is_dir():
         raise FileNotFoundError(f"no published outputs at {source} (did the upstream job complete?)")
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
-    dropped = keep_matching(dest, InputRule(0, InputKind.TASK, str(source), regex)) if regex else 0
+    copy_outputs(source, dest)
+    dropped = keep_matching(dest, InputRule(0, InputKind.TASK, str(source), regex))
     files = sum(1 for p in dest.rglob("*") if p.is_file())
-    return f"staged {source} -> {dest}: {files} file(s)" + (f", {dropped} left out by {regex!r}" if dropped else "")
-
-
-def keep_matching(root: Path, rule: InputRule) -> int:
-    """OSMO's input ``regex``: drop the staged files (only those, just written) it does not match."""
-    dropped = 0
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file() and not path.is_symlink() and not rule.keeps(path.relative_to(root).as_posix()):
-            path.unlink()
-            dropped += 1
-    return dropped
+    left_out = f", {dropped} left out by {regex!r}" if dropped else ""
+    return f"staged {source} -> {dest}: {files} file(s){left_out}"
 
 
 def upload(directory: Path, url: str, regex: str | None = None) -> str:
     """A task's ``outputs:`` entry: its output folder (files ``regex`` matches) to ``url``."""
-    import fsspec  # type: ignore[import-untyped]
-
-    rule = InputRule(0, InputKind.URL, url, regex)  # the same relative-path search as inputs
-    files = [p for p in directory.rglob("*") if p.is_file() and rule.keeps(p.relative_to(directory).as_posix())]
-    if not files:
+    written = upload_tree(directory, url, regex)
+    if not written:
         return f"nothing to upload from {directory}"
-    fs, root = fsspec.core.url_to_fs(url)
-    for path in files:
-        target = f"{root.rstrip('/')}/{path.relative_to(directory).as_posix()}"
-        fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        fs.put_file(str(path), target)
-    return f"uploaded {len(files)} file(s) from {directory} to {url}"
+    return f"uploaded {len(written)} file(s) from {directory} to {url}"
 
 
 def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,

@@ -242,15 +242,15 @@ def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
                 continue
             # task: input -> the upstream job (a --dependency=afterok of this one) published it
             group = spec.group_of(rule.source)
-            producer = next(t.name for t in group.tasks if normalize_name(t.name) == normalize_name(rule.source))
+            wanted = normalize_name(rule.source)
+            producer = next(t.name for t in group.tasks if normalize_name(t.name) == wanted)
             variable = upstream_job_variable(group.name)
             source = f'"$WORKDIR/${{{variable}:?set by resched submit}}/outputs/{producer}"'
             stage.append(f"    stage_task_input {head} {source}{regex} || return 1")
         for output in task.outputs:
             regex = f" {shlex.quote(output.regex)}" if output.regex is not None else ""
-            upload.append(
-                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)}{regex} || return 1'
-            )
+            url = shlex.quote(output.url)
+            upload.append(f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {url}{regex} || return 1')
     stage += ["    return 0", "}"]
     upload += ["    return 0", "}"]
     return stage + upload
