@@ -212,15 +212,10 @@ def _looks_dcp(path: Path) -> bool:
 
 def _dcp_complete(path: Path, names: list[str] | None = None) -> bool:
     names = _listdir(path) if names is None else names
+    # Presence only, not times: a restored or copied checkpoint has new mtimes in any order.
+    # A second save into the same folder is caught by "unchanged across the upload".
     meta = _stat(path / ".metadata")
-    if meta is None or not stat.S_ISREG(meta.st_mode) or meta.st_size == 0:
-        return False
-    for name in names:
-        if name.endswith(".distcp"):
-            st = _stat(path / name)
-            if st is None or st.st_mtime_ns > meta.st_mtime_ns:
-                return False
-    return True
+    return meta is not None and stat.S_ISREG(meta.st_mode) and meta.st_size > 0
 
 
 # --- Hugging Face Trainer ---------------------------------------------------------------
