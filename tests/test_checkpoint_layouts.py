@@ -228,3 +228,25 @@ def test_regex_selects_files_but_resched_state_travels(tmp_path: Path) -> None:
 
     with pytest.raises(CheckpointError, match="not a valid regular expression"):
         prepare_snapshot(ck, regex="(")
+
+
+def test_wrapper_syncer_publishes_a_megatron_save_and_warns_once_on_a_bad_tracker(
+        tmp_path: Path) -> None:
+    from wrapper.checkpoint import PeriodicSyncer
+
+    ck = tmp_path / "ck"
+    _megatron_iter(ck, 100)
+    _megatron_iter(ck, 200, whole=False)
+    _w(ck / "latest_checkpointed_iteration.txt", "100")
+    lines: list[str] = []
+    store = CheckpointStore(f"memory://ck-{uuid.uuid4().hex}/s")
+    syncer = PeriodicSyncer(ck, store, 3600, settle_s=0, log=lines.append)
+    assert syncer.sync_once().step == 100  # type: ignore[union-attr]
+    _w(ck / "latest_checkpointed_iteration.txt", "two hundred")
+    syncer.sync_once()
+    syncer.sync_once()
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and "not an iteration number" in warnings[0]
+    _w(ck / "latest_checkpointed_iteration.txt", "100")
+    final = syncer.stop()
+    assert final is not None and final.step == 100
