@@ -167,3 +167,60 @@ def test_the_module_is_pure_and_light() -> None:
             "print(sorted(m for m in ('pydantic', 'click', 'yaml', 'fsspec', 'subprocess') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# -- the pipeline: a bad DAG or a bad option is one line before anything runs ----------------
+CYCLE = """\
+workflow:
+  name: loop
+  groups:
+  - name: first
+    tasks:
+    - name: a
+      command: ["true"]
+      inputs:
+      - task: b
+  - name: second
+    tasks:
+    - name: b
+      command: ["true"]
+      inputs:
+      - task: a
+"""
+
+
+@pytest.mark.parametrize("command", [["run"], ["submit", "--backend", "slurm", "--dry-run"],
+                                     ["submit", "--backend", "local"]])
+def test_a_cycle_is_one_line_at_file_and_line_and_nothing_runs(tmp_path, command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text(CYCLE)
+    workdir = tmp_path / "work"
+    result = CliRunner().invoke(main, [*command, str(spec), "--workdir", str(workdir)])
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if "cycle" in line]
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert f"{spec}:9 workflow.groups[0].tasks[0].inputs[0]" in lines[0]
+    assert "group first -> second -> first" in lines[0] and "fix:" in lines[0]
+    assert not workdir.exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--backend", "slurm", "--grace-signal", "HUP"], "--grace-signal 'HUP' is not valid for the slurm backend"),
+    (["--backend", "slurm", "--chaos", "kill:a@1s"], "--chaos is not an option of the slurm backend"),
+    (["--backend", "local", "--progress", "loud"], "use one of: auto, tty, plain, quiet"),
+    (["--backend", "osmo", "--priority", "urgent"], "use one of: HIGH, NORMAL, LOW"),
+])
+def test_backend_flags_come_from_the_option_tables(tmp_path, args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text('workflow:\n  name: w\n  tasks:\n  - {name: a, command: ["true"]}\n')
+    result = CliRunner().invoke(main, ["submit", str(spec), "--dry-run", *args])
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert len(result.output.strip().splitlines()) <= 2  # lint lines aside, one line for the error

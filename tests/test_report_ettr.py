@@ -86,3 +86,22 @@ def test_a_baseline_with_faults_or_another_workflow_is_refused(tmp_path: Path) -
         add_baseline(report, other.write(tmp_path / "other"))
     with pytest.raises(UsageError, match="not COMPLETED"):
         add_baseline(report, fault_free_run().write(tmp_path / "failed", status="FAILED"))
+
+
+def test_a_fault_before_the_first_step_is_start_up_not_counted_twice(tmp_path: Path) -> None:
+    from tests.report_fixtures import ReportBuilder
+
+    run = ReportBuilder()
+    run.at(0.5, "fault_injected", spec="kill:master@0s", fault="kill", attempt=1)
+    run.at(0.7, "wrapper_failure_detected", signal=9, attempt=1)
+    run.at(0.8, "wrapper_decision", decision="retry", attempt=1)
+    run.at(1.0, "wrapper_attempt_started", w_attempt=2, attempt=1)
+    run.steps(1, 4, 1.0)  # step 1 ends at 2.0
+    run.attempt(0.0, run.t)
+    report = load_report(run.write(tmp_path / "run"))
+    m, parts = report["metrics"], report["time_breakdown"]
+    assert m["faults_before_first_step"] == 1 and parts["startup"] == pytest.approx(1.0)
+    assert parts["detection"] == 0.0 and parts["restart_to_first_step"] == 0.0
+    assert sum(v for v in parts.values() if v) == pytest.approx(m["wall_s"])
+    text = "\n".join(ettr_lines(m, parts, None))
+    assert "start-up includes the recovery from 1 fault(s)" in text

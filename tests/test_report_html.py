@@ -122,3 +122,22 @@ def test_bad_run_directories_get_one_clear_line_and_exit_2(tmp_path: Path) -> No
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and expected in lines[0], (name, lines)
         assert "(fix: " in lines[0] and "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Path) -> None:
+    from tests.local_fixtures import write_workflow
+
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: ok
+          tasks:
+          - {name: t, command: ["sh", "-c", "touch {{output}}/ran"]}
+    """)
+    theirs = tmp_path / "page.html"
+    theirs.write_text("someone's page")
+    done = _resched("run", str(spec), "--workdir", str(tmp_path / "w"), "--progress", "plain",
+                    "--html", str(theirs))
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("resched: error")]
+    assert len(errors) == 1 and "was not written by `resched report`" in errors[0]
+    assert theirs.read_text() == "someone's page" and not (tmp_path / "w").exists()

@@ -224,7 +224,7 @@ def test_a_cycle_in_task_inputs_is_one_line_before_anything_is_written(tmp_path:
 
 def test_bad_grace_signal_is_a_usage_error(tmp_path: Path) -> None:
     (tmp_path / "wf.yaml").write_text(FEATURES)
-    with pytest.raises(UsageError, match="grace signal 'KILL'"):
+    with pytest.raises(UsageError, match=r"--grace-signal 'KILL' is not valid .* use one of: USR1, USR2, TERM, INT"):
         dry_run(tmp_path / "wf.yaml", workdir="/w", grace_signal="KILL")
 
 
@@ -308,3 +308,25 @@ def test_cli_dry_run_prints_and_output_writes_the_same_request(tmp_path: Path) -
     assert (
         refused.exit_code == 2 and "--pool is not an option of the slurm backend" in refused.stderr
     )
+
+
+@pytest.mark.parametrize("ignore", [True, False])
+def test_bash_group_rules_are_osmo_runtime_group_reaction(ignore: bool) -> None:
+    """The batch script's group rules are generated from osmo_runtime.group_reaction; in
+    bash they give the same verdict (Slurm requeues the whole job where OSMO gives one
+    task a new pod: docs/osmo-semantics.md)."""
+    from workflows import osmo_runtime as rt
+    from workflows.backends.slurm.script import group_reaction_function
+    from workflows.spec import Group
+
+    group = Group(name="g", ignoreNonleadStatus=ignore,
+                  tasks=(Task(name="m", lead=True, command=("x",)), Task(name="w", command=("x",))))
+    function = "\n".join(group_reaction_function(group))
+    for role in ("lead", "nonlead"):
+        for action in rt.ExitAction:
+            done = subprocess.run(["bash", "-c", f"{function}\ngroup_reaction {role} {action}"],
+                                  capture_output=True, text=True, check=True)
+            reaction = rt.group_reaction(is_lead=role == "lead", action=action, ignore_nonlead_status=ignore)
+            expected = ("end" if reaction.group_status is not None
+                        else "requeue" if reaction.new_pod else "wait")
+            assert done.stdout.strip() == expected, (role, action)

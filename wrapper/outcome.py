@@ -19,9 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from wrapper.config import OUTCOME_FILE_ENV
+from wrapper.decision import Decision
 from wrapper.redact import redact, redact_data
 
-OUTCOME_FILE_ENV = "RESCHED_OUTCOME_FILE"
+__all__ = ["OUTCOME_FILE_ENV", "OutcomeRecord", "describe_decision", "describe_ending"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ class OutcomeRecord:
     category: str
     evidence: tuple[Mapping[str, Any], ...]
     hint: str
-    decision: str
+    decision: Decision
     reason: str
     exclude_node: bool
     counts_as_failure: bool
@@ -68,6 +70,7 @@ class OutcomeRecord:
         data["evidence"] = [dict(line) for line in self.evidence]
         data["rank_exit_codes"] = {str(k): v for k, v in self.rank_exit_codes.items()}
         data["command"] = list(self.command)
+        data["decision"] = str(self.decision)  # the plain word in JSON
         data.update(extra)
         return data
 
@@ -155,7 +158,7 @@ def describe_ending(record: OutcomeRecord) -> str:
 
 
 def describe_decision(
-    record: OutcomeRecord, *, rule_decision: str, max_retries: int, max_reschedules: int
+    record: OutcomeRecord, *, rule_decision: Decision, max_retries: int, max_reschedules: int
 ) -> str:
     """``rule X: hint -> reschedule; node N marked for exclusion; reschedules left 1/2``.
 
@@ -166,11 +169,11 @@ def describe_decision(
     if record.hint:
         text += f": {_first_sentence(record.hint)}"
     text += f" -> {record.decision}"
-    if record.decision == "retry":
+    if record.decision is Decision.RETRY:
         text += f" in {record.backoff_s:g} s; retries left {record.retries_left}/{max_retries}"
     if record.exclude_node:
         text += f"; node {record.node} marked for exclusion"
-    if record.decision == "reschedule":
+    if record.decision is Decision.RESCHEDULE:
         if record.counts_as_failure:
             text += f"; reschedules left {record.reschedules_left}/{max_reschedules}"
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
 from wrapper.redact import redact
 
@@ -38,7 +39,6 @@ _COMMAND_MODULES = {
     "report": "workflows.cli.report_cmd",
 }
 
-INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug in resched, never mistaken for success
 
 
 def _debug_requested(ctx: click.Context | None) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from workflows.backends.local.ettr import LOST_PARTS, largest_loss
@@ -53,8 +53,8 @@ def render_html(report: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>resched run {esc(report.get('run_id'))}</title>",
         f"<style>{CSS}</style></head><body>",
-        f"<h1>{esc(report.get('workflow'))} <span class=\"status\" style=\"background:{colour}\">"
-        f"{esc(status)}</span></h1>",
+        (f"<h1>{esc(report.get('workflow'))} <span class=\"status\" style=\"background:{colour}\">"
+        f"{esc(status)}</span></h1>"),
         f"<p class=\"sub\">run {esc(report.get('run_id'))} · {duration_text(wall)} · "
         f"{esc(report.get('summary', ''))}"
         + (f"<br>reason: {esc(report['reason'])}" if report.get("reason") else "") + "</p>",
@@ -170,9 +170,9 @@ def _timeline_svg(lanes: Sequence[Lane], wall: float) -> str:
     def x(t: float) -> float:
         return LEFT + max(0.0, min(t, wall)) / wall * PLOT
 
-    out = [f'<svg id="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
+    out = [(f'<svg id="timeline" data-kind="timeline" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
            f'role="img" aria-label="timeline per task" data-wall="{wall:.3f}" data-left="{LEFT}" '
-           f'data-plot="{PLOT}"><g class="axis">']
+           f'data-plot="{PLOT}"><g class="axis">')]
     step = _tick_step(wall)
     t = 0.0
     while t <= wall + 1e-9:
@@ -188,7 +188,7 @@ def _timeline_svg(lanes: Sequence[Lane], wall: float) -> str:
     return "".join(out)
 
 
-def _lane_svg(lane: Lane, top: float, x: Any) -> str:
+def _lane_svg(lane: Lane, top: float, x: Callable[[float], float]) -> str:
     name = esc(lane.task)
     prog_top = top + 22
     bar_top = prog_top + PROGRESS_H + 8
@@ -212,7 +212,7 @@ def _lane_svg(lane: Lane, top: float, x: Any) -> str:
     return "".join(out)
 
 
-def _span_rect(span: Span, x: Any, top: float, height: float, css: str, task: str,
+def _span_rect(span: Span, x: Callable[[float], float], top: float, height: float, css: str, task: str,
                fill: str | None = None) -> str:
     left, right = x(span.start), x(span.end)
     paint = f' fill="{fill}"' if fill else ""
@@ -222,7 +222,7 @@ def _span_rect(span: Span, x: Any, top: float, height: float, css: str, task: st
             f'data-tip="{esc(span.tip)}"><title>{esc(span.tip)}</title></rect>')
 
 
-def _progress(lane: Lane, top: float, x: Any) -> str:
+def _progress(lane: Lane, top: float, x: Callable[[float], float]) -> str:
     if not lane.steps:
         return ""
     highest = max(step for _, step in lane.steps) or 1
@@ -241,7 +241,7 @@ def _progress(lane: Lane, top: float, x: Any) -> str:
             f'fill="#5f6b7a">{highest}</text></g>')
 
 
-def _marks(marks: Sequence[Mark], x: Any, prog_top: float, bar_top: float, task: str) -> list[str]:
+def _marks(marks: Sequence[Mark], x: Callable[[float], float], prog_top: float, bar_top: float, task: str) -> list[str]:
     out = []
     row_ends = [-1e9] * LABEL_ROWS
     label_top = bar_top + BAR_H + 6
@@ -252,19 +252,22 @@ def _marks(marks: Sequence[Mark], x: Any, prog_top: float, bar_top: float, task:
         top = prog_top if mark.kind in ("fault", "detect", "decision", "restart", "restore") else bar_top - 4
         parts = [f'<line x1="{px:.1f}" y1="{top:.1f}" x2="{px:.1f}" y2="{bar_top + BAR_H:.1f}" stroke="{colour}"/>',
                  _symbol(mark.kind, px, top, colour)]
-        # a label only where it says something new (an unchanged re-upload repeats its step)
-        if mark.kind in _LABELLED and (mark.kind != "upload" or last_label.get(mark.kind) != mark.label):
+        label = ""
+        # a label only where it says something new (an unchanged re-upload repeats its step,
+        # the wrapper and the training both report one restore)
+        if mark.kind in _LABELLED and (mark.kind not in ("upload", "restore") or last_label.get(mark.kind) != mark.label):
             last_label[mark.kind] = mark.label
             width = 6.2 * len(mark.label) + 6
             start = min(px, LEFT + PLOT - width)  # keep the text inside the plot at the right edge
             row = next((r for r in range(LABEL_ROWS) if row_ends[r] < start), None)
             if row is not None:
                 row_ends[row] = start + width
-                parts.append(f'<text x="{start:.1f}" y="{label_top + (row + 1) * LABEL_ROW_H - 3:.1f}" '
-                             f'fill="{colour}">{esc(mark.label)}</text>')
+                label = (f'<text class="m-{mark.kind}" x="{start:.1f}" '
+                         f'y="{label_top + (row + 1) * LABEL_ROW_H - 3:.1f}" fill="{colour}">{esc(mark.label)}</text>')
+        # the label stays outside the group: the group's box is the mark itself, at its time
         out.append(f'<g class="mark m-{mark.kind}" data-kind="{mark.kind}" data-task="{esc(task)}" '
                    f'data-t="{mark.t:.3f}" data-label="{esc(mark.label)}" tabindex="0" '
-                   f'data-tip="{esc(mark.tip)}"><title>{esc(mark.tip)}</title>{"".join(parts)}</g>')
+                   f'data-tip="{esc(mark.tip)}"><title>{esc(mark.tip)}</title>{"".join(parts)}</g>{label}')
     return out
 
 

@@ -20,16 +20,16 @@ from workflows.errors import UsageError
 
 # breakdown key -> (label, what to change when it is the largest part)
 LOST_PARTS: dict[str, tuple[str, str]] = {
-    "startup": ("start-up", "start-up before the first step: image, imports, input staging, "
-                "process-group set-up"),
-    "detection": ("detection", "time from fault to detection: lower the hang timeout "
-                  "(--hang-timeout auto) or add a heartbeat"),
-    "restart_to_first_step": ("restart", "detection to first new step: prefer in-place retries "
-                              "over reschedules, load checkpoints faster"),
-    "recomputed_lost_steps": ("lost work", "steps recomputed after a restore: checkpoint more "
-                              "often (Young's interval below)"),
-    "checkpoint_saves": ("checkpoint", "blocking checkpoint saves: checkpoint less often or "
-                         "save asynchronously"),
+    "startup": ("start-up", ("start-up before the first step: image, imports, input staging, "
+                "process-group set-up")),
+    "detection": ("detection", ("time from fault to detection: lower the hang timeout "
+                  "(--hang-timeout auto) or add a heartbeat")),
+    "restart_to_first_step": ("restart", ("detection to first new step: prefer in-place retries "
+                              "over reschedules, load checkpoints faster")),
+    "recomputed_lost_steps": ("lost work", ("steps recomputed after a restore: checkpoint more "
+                              "often (Young's interval below)")),
+    "checkpoint_saves": ("checkpoint", ("blocking checkpoint saves: checkpoint less often or "
+                         "save asynchronously")),
     "other": ("other", "time none of the above explains (uploads, stops, scheduling)"),
 }
 
@@ -49,16 +49,23 @@ def time_breakdown(events: Sequence[Event], faults: list[dict[str, Any]],
         "useful_steps": metrics.get("useful_s"),
         "checkpoint_saves": round(sum(e.fields.get("save_s", 0.0) for e in events
                                       if e.kind == "checkpoint_saved" and e.task == task), 3),
-        "detection": round(sum(f["detection_s"] or 0.0 for f in faults), 3),
+        # a fault before the first step is paid for inside start-up: not counted twice
+        "detection": round(sum(f["detection_s"] or 0.0 for f in _after_start(faults, metrics)), 3),
         # detection -> computing again: R minus the first new step's own compute, which is
         # lost work (recomputed) or useful time, not restart
         "restart_to_first_step": round(sum(max(0.0, (f["resume_s"] or 0.0) - step_s)
-                                           for f in faults if f["resume_s"] is not None), 3),
+                                           for f in _after_start(faults, metrics)
+                                           if f["resume_s"] is not None), 3),
         "recomputed_lost_steps": round(metrics.get("lost_steps", 0) * step_s, 3),
     }
     known = sum(v for v in parts.values() if v)
     parts["other"] = round(wall - known, 3)
     return parts
+
+
+def _after_start(faults: list[dict[str, Any]], metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    first = metrics.get("first_step_t")
+    return [f for f in faults if first is None or f["t_fault"] >= first]
 
 
 def largest_loss(breakdown: Mapping[str, float | None]) -> tuple[str, float] | None:
@@ -106,8 +113,8 @@ def ettr_lines(metrics: Mapping[str, Any], breakdown: Mapping[str, float | None]
     """The ETTR block of the text report: measured, fault-free, model, lost time."""
     if metrics.get("ettr") is None:
         return ["ETTR: no training steps were seen (the training prints `resched-train: step N`)"]
-    lines = [f"ETTR {metrics['ettr']:.2f} = useful {metrics['useful_s']:.1f} s "
-             f"({metrics['useful_steps']} steps x {metrics['step_s']:.3f} s) / wall {metrics['wall_s']:.1f} s"]
+    lines = [(f"ETTR {metrics['ettr']:.2f} = useful {metrics['useful_s']:.1f} s "
+             f"({metrics['useful_steps']} steps x {metrics['step_s']:.3f} s) / wall {metrics['wall_s']:.1f} s")]
     if baseline is not None:
         lines.append(
             f"  fault-free run {baseline['baseline_run_id']}: ETTR {baseline['ettr_fault_free']:.2f} "
@@ -131,6 +138,9 @@ def ettr_lines(metrics: Mapping[str, Any], breakdown: Mapping[str, float | None]
     parts = ", ".join(f"{LOST_PARTS[k][0]} {v:.1f} s" for k, v in breakdown.items()
                       if k in LOST_PARTS and v)
     lines.append(f"  lost {lost:.1f} s: {parts}")
+    early = metrics.get("faults_before_first_step") or 0
+    if early:
+        lines.append(f"  start-up includes the recovery from {early} fault(s) that hit before the first step")
     worst = largest_loss(breakdown)
     if worst is not None:
         lines.append(f"  largest: {LOST_PARTS[worst[0]][0]} ({worst[1]:.1f} s): {LOST_PARTS[worst[0]][1]}")

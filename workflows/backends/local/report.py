@@ -141,6 +141,8 @@ def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: f
         "checkpoints_saved": len(saves), "checkpoint_uploads": len(uploads),
         "detection_s": detect, "resume_s": resume,
         "lost_steps": sum(f.get("lost_steps") or 0 for f in faults),
+        "first_step_t": steps[0].t if steps else None,
+        "faults_before_first_step": sum(1 for f in faults if steps and f["t_fault"] < steps[0].t),
     }
     metrics.update(young_daly(delta, wall_s, len(faults), detect, resume,
                               interval_s=metrics["checkpoint_interval_s"], startup_s=startup))

@@ -96,17 +96,25 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"{a['task']:<12} {a['attempt']!s:>3} {a.get('retry_id')!s:>3} {a['started_at'] - t0:>6.1f}s "
             f"{a['ended_at'] - t0:>6.1f}s {a.get('exit_code')!s:>5}  {a.get('action') or '-':<10} "
             f"{a.get('status')!s:<10} {said[:28]:<28} {ckpt.strip() or '-'}")
-    for f in report["faults"]:
-        lines.append(
-            f"fault {f['spec']}: detected {_s(f['detection_s'])}, resumed {_s(f['resume_s'])} later, "
-            f"lost {f.get('lost_steps', '?')} steps (step {f['step_before']} -> restored "
-            f"{f['restored_step']}), decision {f.get('decision') or '?'}")
+    lines.extend(_fault_line(f) for f in report["faults"])
     for spec in report.get("chaos_not_fired") or []:
         lines.append(f"fault {spec}: not injected (its task was not running at that time)")
     lines.extend(ettr_lines(report["metrics"], report["time_breakdown"], report.get("baseline")))
     if report.get("final_checksum"):
         lines.append(f"final checksum {report['final_checksum']}")
     return lines
+
+
+def _fault_line(fault: dict[str, Any]) -> str:
+    if fault["step_before"] is None:
+        what = "before the first training step"
+    elif fault["interrupted"]:
+        what = f"at step {fault['step_before']}; the next fault came before it resumed"
+    else:
+        what = (f"resumed {_s(fault['resume_s'])} later, lost {fault.get('lost_steps', '?')} steps "
+                f"(step {fault['step_before']} -> restored {fault['restored_step']})")
+    return (f"fault {fault['spec']}: detected {_s(fault['detection_s'])}, {what}, "
+            f"decision {fault.get('decision') or '?'}")
 
 
 def _s(value: float | None) -> str:

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from workflows.backends.base import Backend, Request, SubmitResult
+from workflows.backends.options import BackendOption, OptionType
+from workflows.backends.options import parse_options as _parse
 from workflows.backends.slurm.script import (
     DEFAULT_MAX_RETRY_PER_TASK,
     SlurmOptions,
@@ -24,7 +25,7 @@ from workflows.backends.slurm.script import (
 )
 from workflows import osmo_runtime as rt
 from workflows.backends.slurm.tasks import file_bundle_path, token_map
-from workflows.errors import BackendError, UsageError
+from workflows.errors import BackendError
 from workflows.spec import Group, Task
 
 if TYPE_CHECKING:
@@ -150,40 +151,41 @@ def _file_bytes(group: Group, task: Task, base_dir: Path, where: str) -> dict[st
     return out
 
 
+OPTIONS = (
+    BackendOption("partition", OptionType.TEXT, "sbatch --partition"),
+    BackendOption("time", OptionType.TEXT, "sbatch --time (default: the workflow's timeout.exec_timeout)"),
+    BackendOption("account", OptionType.TEXT, "sbatch --account"),
+    BackendOption("tasks_per_node", OptionType.INT, "tasks sharing one node", default=1, minimum=1),
+    BackendOption("grace", OptionType.INT, "seconds of warning before the time limit "
+                  "(--signal=B:SIG@N)", default=60, minimum=1),
+    BackendOption("grace_signal", OptionType.CHOICE, "the signal Slurm sends before the time limit",
+                  default="USR1", choices=GRACE_SIGNALS),
+    BackendOption("max_retry_per_task", OptionType.INT, "RESCHEDULEs after failures per job "
+                  "(OSMO's pool setting; OSMO's own default is 0)",
+                  default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
+    BackendOption("workdir", OptionType.PATH, "shared directory for scripts, task dirs and logs "
+                  "(default ./resched-slurm)"),
+)
+
+
 def parse_options(options: Mapping[str, Any]) -> SlurmOptions:
-    signal = str(options.get("grace_signal") or "USR1").upper().removeprefix("SIG")
-    if signal not in GRACE_SIGNALS:
-        raise UsageError(
-            f"grace signal {signal!r} is not supported", fix=f"use one of {GRACE_SIGNALS}"
-        )
-    workdir = Path(options.get("workdir") or Path.cwd() / "resched-slurm")
-    max_retry = options.get("max_retry_per_task")
+    opts = _parse(OPTIONS, options, "slurm")
     return SlurmOptions(
-        workdir=workdir.absolute(),
-        partition=options.get("partition"),
-        time=options.get("time"),
-        account=options.get("account"),
-        tasks_per_node=int(options.get("tasks_per_node") or 1),
-        grace_s=int(options.get("grace") or 60),
-        grace_signal=signal,
-        max_retry_per_task=DEFAULT_MAX_RETRY_PER_TASK if max_retry is None else int(max_retry),
+        workdir=Path(opts["workdir"] or Path.cwd() / "resched-slurm").absolute(),
+        partition=opts["partition"],
+        time=opts["time"],
+        account=opts["account"],
+        tasks_per_node=opts["tasks_per_node"],
+        grace_s=opts["grace"],
+        grace_signal=opts["grace_signal"],
+        max_retry_per_task=opts["max_retry_per_task"],
     )
 
 
 class SlurmBackend(Backend):
     name = "slurm"
     lint_target = "slurm"
-    option_help = MappingProxyType(
-        {
-            "partition": "sbatch --partition",
-            "time": "sbatch --time (default: the workflow's timeout.exec_timeout)",
-            "account": "sbatch --account",
-            "tasks_per_node": "tasks sharing one node (default 1: one node per task)",
-            "grace": "seconds of warning before the time limit (--signal=B:USR1@N, default 60)",
-            "max_retry_per_task": f"RESCHEDULEs after failures per job (default {DEFAULT_MAX_RETRY_PER_TASK})",
-            "workdir": "shared directory for scripts, task dirs and logs (default ./resched-slurm)",
-        }
-    )
+    options = OPTIONS
 
     def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> SlurmRequest:
         opts = parse_options(options)

@@ -112,11 +112,10 @@ forward_grace() {
 }
 trap forward_grace "$GRACE_SIGNAL"
 
-# --- wait: the group's result, decided as OSMO decides it --------------------------------
-#   the lead ends           -> the group takes the lead's result; the other tasks stop
-#   a non-lead RESCHEDULE   -> the whole group requeues (Slurm cannot move one step alone)
-#   a non-lead FAIL         -> the group fails if IGNORE_NONLEAD_STATUS is false, else ignored
-#   a non-lead COMPLETE     -> keep waiting for the lead
+# --- wait: the group's result, decided as OSMO decides it (group_reaction above) ----------
+#   end      -> the group takes this task's result; the other tasks stop
+#   requeue  -> the whole group requeues (Slurm cannot move one step alone)
+#   wait     -> keep waiting (a non-lead completed, or failed with ignoreNonleadStatus)
 RESULT="" RESULT_TASK="" RESULT_CODE=""
 while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
     running=" $(jobs -rp | tr '\n' ' ') " # (polling instead of `wait -n -p`: bash >= 4 is enough)
@@ -127,9 +126,11 @@ while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
         task=${TASK_OF_PID[$pid]}
         unset "TASK_OF_PID[$pid]"
         action=$(exit_action "$task" "$code")
-        say "task $task exited $code -> $action"
-        if [ "$task" = "$LEAD" ] || [ "$action" = RESCHEDULE ] ||
-            { [ "$action" = FAIL ] && [ "$IGNORE_NONLEAD_STATUS" = false ]; }; then
+        role=nonlead
+        [ "$task" = "$LEAD" ] && role=lead
+        reaction=$(group_reaction "$role" "$action")
+        say "task $task exited $code -> $action ($reaction)"
+        if [ "$reaction" != wait ]; then
             RESULT=$action RESULT_TASK=$task RESULT_CODE=$code
             break
         fi

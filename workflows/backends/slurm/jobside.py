@@ -4,7 +4,7 @@
                                             copy the task's files: (tokens substituted unless --verbatim)
     stage URL DEST [REGEX]                  download an input (a resched store or a plain tree)
     stage-dir SOURCE DEST [REGEX]           copy an upstream task's published outputs (task: inputs)
-    upload DIR URL                          copy an output dir to its url
+    upload DIR URL [REGEX]                  copy an output dir (the files REGEX matches) to its url
     checkpoint-timer PID DIR URL FREQ [REGEX]  OSMO's checkpoint timer for the task PID
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
@@ -21,7 +21,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from workflows.osmo_runtime import InputKind, InputRule, Token, TokenKind, env_suffix, substitute
+from workflows.osmo_runtime import (
+    CheckpointSchedule,
+    InputKind,
+    InputRule,
+    Token,
+    TokenKind,
+    env_suffix,
+    substitute,
+)
 from wrapper.errors import ReschedError
 
 
@@ -96,10 +104,12 @@ def keep_matching(root: Path, rule: InputRule) -> int:
     return dropped
 
 
-def upload(directory: Path, url: str) -> str:
+def upload(directory: Path, url: str, regex: str | None = None) -> str:
+    """A task's ``outputs:`` entry: its output folder (files ``regex`` matches) to ``url``."""
     import fsspec  # type: ignore[import-untyped]
 
-    files = [p for p in directory.rglob("*") if p.is_file()]
+    rule = InputRule(0, InputKind.URL, url, regex)  # the same relative-path search as inputs
+    files = [p for p in directory.rglob("*") if p.is_file() and rule.keeps(p.relative_to(directory).as_posix())]
     if not files:
         return f"nothing to upload from {directory}"
     fs, root = fsspec.core.url_to_fs(url)
@@ -140,9 +150,7 @@ def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
         else:
             _say(f"checkpoint {what} FAILED: {outcome.reason}")
 
-    from workflows.osmo_runtime import CheckpointSchedule
-
-    schedule = CheckpointSchedule(frequency_s)
+    schedule = CheckpointSchedule(frequency_s)  # the one definition of OSMO's timer
     due = schedule.first_due(time.monotonic())
     while _alive(pid):
         if time.monotonic() >= due:
@@ -215,7 +223,7 @@ def main(argv: Sequence[str]) -> int:
         elif command == "stage-dir":
             print(f"resched: {stage_dir(Path(args[0]), Path(args[1]), args[2] if len(args) > 2 else None)}")
         elif command == "upload":
-            print(f"resched: {upload(Path(args[0]), args[1])}")
+            print(f"resched: {upload(Path(args[0]), args[1], args[2] if len(args) > 2 else None)}")
         elif command == "checkpoint-timer":
             from wrapper.durations import parse_duration
 

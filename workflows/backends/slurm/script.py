@@ -15,7 +15,7 @@ from pathlib import Path
 
 from workflows import osmo_runtime as rt
 from workflows.backends.slurm.engine import BATCH_ENGINE
-from workflows.backends.slurm.tasks import PRIVATE_ROOT, env_suffix, launch_script
+from workflows.backends.slurm.tasks import env_suffix, launch_script
 from workflows.spec import Group, Task, Workflow, normalize_name, url_scheme
 
 DEFAULT_MAX_RETRY_PER_TASK = 3
@@ -115,7 +115,6 @@ def settings(spec: Workflow, group: Group, options: SlurmOptions, bundle: str) -
         f"TASK_VARS=({' '.join(env_suffix(t.name) for t in tasks)}) # {{{{host:T}}}} -> $RESCHED_HOST_<T>",
         f"LEAD={q(group.lead_task.name)}",
         f"TASKS_PER_NODE={options.tasks_per_node}",
-        f"IGNORE_NONLEAD_STATUS={'true' if group.ignoreNonleadStatus else 'false'} # the group's ignoreNonleadStatus",
         "# RESCHEDULEs this job may take after failures (OSMO's pool setting max_retry_per_task;",
         "# OSMO's own default is 0, which makes RESCHEDULE do nothing). Grace-signal requeues",
         "# do not count. Counted in allocations.log, not SLURM_RESTART_COUNT, for that reason.",
@@ -179,6 +178,33 @@ def exit_action_function(tasks: tuple[Task, ...]) -> list[str]:
     return lines
 
 
+def group_reaction_function(group: Group) -> list[str]:
+    """OSMO's group rules (:func:`workflows.osmo_runtime.group_reaction`) as a bash table
+    for this group's ignoreNonleadStatus: what one task's exit action does to the job."""
+    lines = [
+        "",
+        "# --- the group's rules (OSMO section 6, from osmo_runtime.group_reaction): what one",
+        "#     task's exit does: end the group, requeue it (a reschedule), or wait for more ---",
+        f"group_reaction() {{ # lead|nonlead action (this group: ignoreNonleadStatus "
+        f"{'true' if group.ignoreNonleadStatus else 'false'})",
+        '    case "$1:$2" in',
+    ]
+    for role in ("lead", "nonlead"):
+        for action in rt.ExitAction:
+            reaction = rt.group_reaction(is_lead=role == "lead", action=action,
+                                         ignore_nonlead_status=group.ignoreNonleadStatus)
+            if reaction.group_status is not None:
+                verdict = "end"
+            elif reaction.new_pod or reaction.restart_others:
+                verdict = "requeue"
+            else:
+                verdict = "wait"
+            slurm = "; on Slurm the whole job requeues" if verdict == "requeue" else ""
+            lines.append(f"    {role}:{action}) echo {verdict} ;; # OSMO: {reaction.reason}{slurm}")
+    lines += ["    esac", "}"]
+    return lines
+
+
 def launch_functions(group: Group, tasks: tuple[Task, ...], where: str) -> list[str]:
     lines = [
         "",
@@ -221,8 +247,9 @@ def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
             source = f'"$WORKDIR/${{{variable}:?set by resched submit}}/outputs/{producer}"'
             stage.append(f"    stage_task_input {head} {source}{regex} || return 1")
         for output in task.outputs:
+            regex = f" {shlex.quote(output.regex)}" if output.regex is not None else ""
             upload.append(
-                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)} || return 1'
+                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)}{regex} || return 1'
             )
     stage += ["    return 0", "}"]
     upload += ["    return 0", "}"]
@@ -244,13 +271,14 @@ def checkpoint_functions(tasks: tuple[Task, ...]) -> list[str]:
             continue
         lines.append(f"    {shlex.quote(task.name)})")
         for entry in task.checkpoint:
-            path = entry.path.rstrip("/") or "/"
-            if path.startswith(PRIVATE_ROOT + "/"):
-                host = f'"$RUN_DIR/tasks/{task.name}/tmp/"' + shlex.quote(path[len(PRIVATE_ROOT) + 1:])
+            relative = rt.private_relative(entry.path)
+            if relative:  # the task's /tmp/<relative>, seen from the host side
+                host = f'"$RUN_DIR/tasks/{task.name}/tmp/"' + shlex.quote(relative)
             else:
-                host = shlex.quote(path)
+                host = shlex.quote(entry.path.rstrip("/") or "/")
+            upload_url = rt.checkpoint_upload_url(entry.url, entry.path)
             lines.append(
-                f'        helper checkpoint-timer "$2" {host} {shlex.quote(entry.upload_url)} '
+                f'        helper checkpoint-timer "$2" {host} {shlex.quote(upload_url)} '
                 f"{shlex.quote(f'{entry.frequency_s:g}')} {shlex.quote(entry.regex or '')} &")
         lines.append("        ;;")
     lines += ["    esac", "}"]
@@ -268,6 +296,7 @@ def group_script(
         "",
         *settings(spec, group, options, bundle),
         *exit_action_function(tasks),
+        *group_reaction_function(group),
         *launch_functions(group, tasks, where),
         *input_functions(spec, tasks),
         *checkpoint_functions(tasks),
