@@ -193,7 +193,7 @@ def test_running_upload_leaves_out_the_save_under_way_final_keeps_it_aside(
     assert restored["latest_checkpointed_iteration.txt"] == b"100"
     assert restored["iter_0000100/.metadata"] == b"meta 100"
     torn = [p for p in restored if p.startswith(TORN_DIR + "/")]
-    assert sorted(p.split("/", 3)[3] for p in torn) == sorted(
+    assert sorted(p[len(TORN_DIR) + 1:].split("/", 1)[1] for p in torn) == sorted(
         p for p in before if p.startswith("iter_0000200/"))
     assert not (out / "iter_0000200").exists()  # Megatron will not see the torn save
     assert read_tree(ck) == before  # the user's files: untouched
@@ -250,3 +250,20 @@ def test_wrapper_syncer_publishes_a_megatron_save_and_warns_once_on_a_bad_tracke
     _w(ck / "latest_checkpointed_iteration.txt", "100")
     final = syncer.stop()
     assert final is not None and final.step == 100
+
+
+def test_a_pod_that_has_not_saved_yet_uploads_nothing_at_once(tmp_path: Path) -> None:
+    """Only the wrapper's own state (.resched/) in the folder: no empty checkpoint becomes
+    the latest, and the round is a skip (immediate), not a failed upload retried 5 times."""
+    from wrapper.checkpoint.osmo_upload import UploadKind, upload_checkpoint
+
+    ck = tmp_path / "models"
+    _w(ck / ".resched" / "node-0" / "history.json", "{}")
+    with pytest.raises(SnapshotUnstableError, match="nothing to upload yet"):
+        prepare_snapshot(ck)
+    slept: list[float] = []
+    url = f"memory://ck-{uuid.uuid4().hex}/s"
+    for final in (False, True):
+        outcome = upload_checkpoint(ck, url, final=final, sleep=slept.append)
+        assert outcome.kind is UploadKind.SKIPPED and "nothing to upload yet" in outcome.reason
+    assert slept == [] and CheckpointStore(url).list() == []

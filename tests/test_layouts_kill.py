@@ -148,9 +148,9 @@ def _restore(store: CheckpointStore, into: Path) -> dict[str, bytes]:
 
 
 def _torn_kept(restored: dict[str, bytes], local: dict[str, bytes], torn_top: set[str]) -> None:
-    """Every file of a save that never finished came back, under .resched/torn/<stamp>/."""
-    aside = {p.split("/", 3)[3]: data for p, data in restored.items()
-             if p.startswith(TORN_DIR + "/")}
+    """Every file of a save that never finished came back, under .resched-torn/<stamp>/."""
+    aside = {p[len(TORN_DIR) + 1:].split("/", 1)[1]: data for p, data in restored.items()
+             if p.startswith(TORN_DIR + "/")}  # .resched-torn/<stamp>/<path>
     for path, data in local.items():
         if path.split("/", 1)[0] in torn_top:
             assert aside.get(path) == data, f"{path} of an unfinished save was not kept"
