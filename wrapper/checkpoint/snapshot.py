@@ -213,6 +213,9 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
     ``layouts=False``: an explicit publish of exactly what is there (no framework layer)."""
     directory = Path(directory)
     now = time.time_ns() if now_ns is None else now_ns
+    # The uploads beside a training skip a pod with nothing saved yet; an explicit publish
+    # lets the store say "nothing to publish" itself.
+    payload = _require_payload if layouts else (lambda snapshot: snapshot)
     if regex is not None:
         try:
             re.compile(regex)
@@ -220,7 +223,7 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise CheckpointError(f"checkpoint regex {regex!r} is not a valid regular "
                                   f"expression: {error}", fix="fix the checkpoint: regex:") from None
     if os.path.lexists(directory / MARKER_NAME):
-        snapshot = _require_payload(take_snapshot(directory, Selection(regex=regex)))
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
         try:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         except SnapshotUnstableError as why:
@@ -230,7 +233,7 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
         return Prepared(snapshot, read_marker(directory), True, "marker", "completion marker")
     first = inspect_layout(directory) if layouts else UNKNOWN
     if first.complete is None:
-        snapshot = _require_payload(take_snapshot(directory, Selection(regex=regex)))
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
         if not final and settle_s > 0:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         layer = "unchanged" if first.layout is Layout.UNKNOWN else first.layout.value
@@ -248,9 +251,9 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
     if not first.complete:
         if not final:
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
-        return Prepared(_require_payload(snapshot), None, False, first.layout.value,
+        return Prepared(payload(snapshot), None, False, first.layout.value,
                         first.reason, first.warnings)
-    return Prepared(_require_payload(snapshot), first.step, True, first.layout.value,
+    return Prepared(payload(snapshot), first.step, True, first.layout.value,
                     first.reason, first.warnings)
 
 
