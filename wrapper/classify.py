@@ -21,6 +21,7 @@ from wrapper.launcher_logs import (
     error_file_text_lines,
     recover,
 )
+from wrapper.decision import Decision
 from wrapper.rules import Escalation, Match, Rule, RuleSet
 from wrapper.scanner import LineScanner, LogHit
 
@@ -60,7 +61,7 @@ class EvidenceLine:
 class Diagnosis:
     rule_id: str
     category: str
-    decision: str
+    decision: Decision
     hint: str
     evidence: tuple[EvidenceLine, ...]
     rank_exit_codes: Mapping[int, int]
@@ -78,7 +79,7 @@ class Diagnosis:
         return {
             "rule": self.rule_id,
             "category": self.category,
-            "decision": self.decision,
+            "decision": str(self.decision),
             "hint": self.hint,
             "status": self.status,
             "evidence": [{"source": e.source, "line": e.lineno, "text": e.text} for e in self.evidence],
@@ -89,7 +90,7 @@ class Diagnosis:
             "cascade": self.cascade,
             "deterministic": self.deterministic,
             "escalate": None if self.escalate is None else {
-                "after": self.escalate.after, "to": self.escalate.to, "scope": self.escalate.scope,
+                "after": self.escalate.after, "to": str(self.escalate.to), "scope": self.escalate.scope,
             },
             "also_matched": list(self.also_matched),
         }
@@ -189,12 +190,12 @@ def _rule_matches(rule: Rule, facts: _Facts) -> bool:
 
 
 _FALLBACK_FAILURE = Rule(
-    id="unknown-failure", category="unknown", decision="retry", matches=(Match(),),
-    source="<built-in>", deterministic=True, escalate=Escalation(after=2, to="reschedule"),
+    id="unknown-failure", category="unknown", decision=Decision.RETRY, matches=(Match(),),
+    source="<built-in>", deterministic=True, escalate=Escalation(after=2, to=Decision.RESCHEDULE),
     hint="No rule matched this failure. Add a rule for it with --rules FILE.yaml.",
 )
 _FALLBACK_SUCCESS = Rule(
-    id="complete", category="complete", decision="complete", matches=(Match(exit_codes=frozenset({0})),),
+    id="complete", category="complete", decision=Decision.COMPLETE, matches=(Match(exit_codes=frozenset({0})),),
     source="<built-in>", counts_as_failure=False, hint="Exit 0.",
 )
 
@@ -251,8 +252,8 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
     rule, matched = _choose(rules, facts)
     decision, hint = rule.decision, rule.hint
     exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
-    if exhausted is not None and decision == "retry":
-        decision = "reschedule"
+    if exhausted is not None and decision is Decision.RETRY:
+        decision = Decision.RESCHEDULE
         hint = f"{hint} {exhausted.hint}".strip()
     status = _status_text(evidence, report)
     return Diagnosis(

@@ -21,9 +21,11 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped,unused-ignore]
 
+from wrapper.decision import DECISIONS, Decision
 from wrapper.errors import ReschedError
 
-DECISIONS = ("complete", "retry", "reschedule", "abort")
+__all__ = ["DECISIONS", "Decision", "Escalation", "Match", "Rule", "RuleSet", "RulesError",
+           "load_rule_file", "load_rules", "parse_signal"]
 ESCALATION_SCOPES = ("node", "job")
 CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 
@@ -50,7 +52,7 @@ class Escalation:
     the job), the decision becomes ``to``."""
 
     after: int
-    to: str
+    to: Decision
     scope: str = "job"
 
 
@@ -79,7 +81,7 @@ class Match:
 class Rule:
     id: str
     category: str
-    decision: str
+    decision: Decision
     hint: str
     matches: tuple[Match, ...]
     source: str
@@ -211,9 +213,10 @@ def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
     rule_id = _required_str(raw, "id", ctx)
     if not _ID_RE.match(rule_id):
         raise ctx.error("id", f"{rule_id!r} must start with a letter or digit and use only letters, digits, _ . : / -")
-    decision = _required_str(raw, "decision", ctx)
-    if decision not in DECISIONS:
-        raise ctx.error("decision", f"{decision!r} is not one of {', '.join(DECISIONS)}")
+    decision_word = _required_str(raw, "decision", ctx)
+    if decision_word not in DECISIONS:
+        raise ctx.error("decision", f"{decision_word!r} is not one of {', '.join(DECISIONS)}")
+    decision = Decision(decision_word)
     if "match" not in raw:
         raise ctx.error("match", "missing", fix="use `match: {}` to match every failure")
     blocks = raw["match"] if isinstance(raw["match"], list) else [raw["match"]]
@@ -229,7 +232,7 @@ def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
         source=str(path),
         cascade=_bool(raw, "cascade", ctx, False),
         exclude_node=_bool(raw, "exclude_node", ctx, False),
-        counts_as_failure=_bool(raw, "counts_as_failure", ctx, decision != "complete"),
+        counts_as_failure=_bool(raw, "counts_as_failure", ctx, decision is not Decision.COMPLETE),
         escalate=_parse_escalation(raw.get("escalate"), ctx),
         deterministic=_bool(raw, "deterministic", ctx, False),
         exhausts_retries=_bool(raw, "exhausts_retries", ctx, False),
@@ -277,7 +280,7 @@ def _parse_escalation(raw: Any, ctx: _Field) -> Escalation | None:
     scope = raw.get("scope", "job")
     if scope not in ESCALATION_SCOPES:
         raise ctx.error("escalate.scope", f"{scope!r} is not one of {', '.join(ESCALATION_SCOPES)}")
-    return Escalation(after=after, to=to, scope=scope)
+    return Escalation(after=after, to=Decision(to), scope=scope)
 
 
 def _parse_match(raw: Any, index: int, ctx: _Field) -> Match:
