@@ -87,7 +87,7 @@ def classify_entry(entry: CorpusEntry, rules: RuleSet) -> Verdict:
         logs=[entry.log], error_files=[], exit_code=entry.exit_code, signal=entry.signal, rules=rules,
     )
     lines = [e.text for e in diagnosis.evidence if e.source != "status"]
-    return Verdict(entry=entry, decision=diagnosis.decision, rule_id=diagnosis.rule_id,
+    return Verdict(entry=entry, decision=str(diagnosis.decision), rule_id=diagnosis.rule_id,
                    key_line=lines[-1] if lines else _last_error_line(entry.log) or diagnosis.status)
 
 
