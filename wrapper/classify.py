@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from wrapper.launcher_logs import (
     SummaryBlock,
     error_file_text_lines,
     recover,
+    strip_ansi,
 )
 from wrapper.decision import Decision
 from wrapper.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
@@ -427,6 +428,60 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
     )
 
 
+_ERRORISH = re.compile(
+    r"error|fail|fatal|exception|abort|killed|terminat|denied|refused|timed? ?out|"
+    r"cannot|could not|unable|segmentation|core dumped|\bnan\b|\binf\b|xid", re.IGNORECASE)
+_UNKNOWN_EVIDENCE_LINES = 5
+_WORD = re.compile(r"[a-z][a-z0-9]{3,}")
+_STOP_WORDS = frozenset(
+    "this that with from have were will when then than into only same your rule rules "
+    "retried retry reschedule rescheduled abort aborted again node error errors failed "
+    "failure the and for not".split())
+
+
+def _error_lines(tails: Sequence[SummaryBlock]) -> list[EvidenceLine]:
+    """The last lines of the logs that look like an error (for a failure no rule knows)."""
+    found: list[EvidenceLine] = []
+    for block in tails:
+        for offset, line in enumerate(block.lines):
+            text = strip_ansi(line).strip()
+            if text and _ERRORISH.search(text) and not text.startswith("File \""):
+                lineno = block.first_lineno + offset if block.first_lineno > 0 else 0
+                found.append(EvidenceLine(source=block.source, lineno=lineno, text=text[:1000]))
+    return found[-_UNKNOWN_EVIDENCE_LINES:]
+
+
+def _nearest_families(lines: Sequence[EvidenceLine], rules: RuleSet) -> tuple[str, ...]:
+    """The rule categories whose words the error lines share most (at most three)."""
+    words = {w for line in lines for w in _WORD.findall(line.text.lower())} - _STOP_WORDS
+    if not words:
+        return ()
+    scores: dict[str, int] = {}
+    for rule in rules.rules:
+        if _catch_all(rule):
+            continue
+        vocabulary = set(_WORD.findall(f"{rule.id} {rule.category} {rule.hint}".lower()))
+        vocabulary |= {w for p in rule.patterns for w in _WORD.findall(p.pattern.lower())}
+        shared = len(words & vocabulary)
+        if shared:
+            scores[rule.category] = max(scores.get(rule.category, 0), shared)
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    return tuple(f"{category} ({count} shared words)" for category, count in ranked[:3])
+
+
+def _explain_unknown(diagnosis: Diagnosis, rules: RuleSet,
+                     tails: Sequence[SummaryBlock]) -> Diagnosis:
+    """An unknown failure says what it saw: the last error lines, the nearest rules."""
+    if diagnosis.category != "unknown":
+        return diagnosis
+    lines = _error_lines(tails)
+    nearest = _nearest_families(lines, rules)
+    hint = diagnosis.hint
+    if nearest:
+        hint += f" Nearest rule families: {', '.join(nearest)}."
+    return replace(diagnosis, evidence=diagnosis.evidence + tuple(lines), nearest=nearest, hint=hint)
+
+
 def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
     for path in error_files:
         for line in error_file_text_lines(Path(path)):
@@ -435,15 +490,12 @@ def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
 
 def classify(evidence: Evidence, rules: RuleSet) -> Diagnosis:
     """Diagnose one attempt from what the supervisor collected."""
-    report = recover(
-        error_files=evidence.error_files,
-        summaries=[SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)],
-        tracker_file=evidence.tracker_file,
-    )
+    tails = [SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)]
+    report = recover(error_files=evidence.error_files, summaries=tails, tracker_file=evidence.tracker_file)
     scanner = LineScanner(rules)
     _error_file_hits(scanner, evidence.error_files)
     hits = sorted(evidence.hits, key=lambda h: h.seq) + list(scanner.hits)
-    return _diagnose(evidence, rules, report, hits)
+    return _explain_unknown(_diagnose(evidence, rules, report, hits), rules, tails)
 
 
 def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
@@ -492,10 +544,10 @@ def classify_artifacts(
         hung=hung, stop_signal=stop_signal, expect_finished=expect_finished, finished=finished,
         launcher=launcher,
     )
-    return _diagnose(evidence, rules, report, scanner.hits)
+    return _explain_unknown(_diagnose(evidence, rules, report, scanner.hits), rules, summaries)
 
 
-def format_diagnosis(diagnosis: Diagnosis) -> str:
+def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:
     """The human text ``resched classify`` prints."""
     out = [
         f"rule: {diagnosis.rule_id}   category: {diagnosis.category}   decision: {diagnosis.decision}",
@@ -512,5 +564,16 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         out.append(f"  {where}: {line.text}")
     if diagnosis.also_matched:
         out.append(f"also matched: {', '.join(diagnosis.also_matched)}")
+    if explain:
+        out.append(f"why: {diagnosis.why_won}")
+        out.append("every rule that matched, in the order they were weighed:")
+        for match in diagnosis.matches or ():
+            out.append(f"  {match.rule_id} ({match.group}, {match.decision}): {match.rank}")
+            if match.first_line is not None:
+                where = (f"{match.first_line.source} line {match.first_line.lineno}"
+                         if match.first_line.lineno else match.first_line.source)
+                out.append(f"      {where}: {match.first_line.text[:200]}")
+        if not diagnosis.matches:
+            out.append("  (none)")
     out.append(f"hint: {diagnosis.hint}")
     return "\n".join(out)
