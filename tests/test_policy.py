@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wrapper.backoff import Backoff
 from wrapper.classify import Diagnosis
 from wrapper.history import History, _with_outcome
 from wrapper.policy import Budgets, decide
@@ -59,12 +60,12 @@ def test_retry_with_exponential_backoff_then_reschedule_then_abort() -> None:
             break
         # killed-by-signal escalates after one occurrence: use a rule without escalation
         attempts.append(failure("killed-by-signal", d.action))
-    assert seen[0] == ("retry", 1.0, 2, 2)
+    assert seen[0] == ("retry", 0.0, 2, 2)  # the first in-place retry does not wait
     assert seen[1][0] == "reschedule"  # killed twice -> reschedule (escalate after 1)
 
 
 def test_plain_retry_budget_and_backoff() -> None:
-    budgets = Budgets(max_retries=3, max_reschedules=2, backoff_base_s=1.0, backoff_max_s=3.0)
+    budgets = Budgets(max_retries=3, max_reschedules=2, backoff=Backoff(base_s=1.0, max_s=3.0, jitter=0.0))
     attempts: list[dict[str, Any]] = []
     actions = []
     allocation = 0
@@ -76,7 +77,7 @@ def test_plain_retry_budget_and_backoff() -> None:
             break
         attempts.append(failure("megatron-rerun-17-transient", d.action, node=node, allocation=alloc))
         allocation += d.action == "reschedule"
-    assert actions[:3] == [("retry", 1.0), ("retry", 2.0), ("retry", 3.0)]  # capped at backoff_max_s
+    assert actions[:3] == [("retry", 0.0), ("retry", 1.0), ("retry", 2.0)]  # first at once, then doubling
     assert actions[3] == ("reschedule", 0.0)
     assert actions[-1][0] == "abort"
     assert [a for a, _ in actions] == (["retry"] * 3 + ["reschedule"]) * 2 + ["retry"] * 3 + ["abort"]

@@ -35,6 +35,9 @@ from wrapper.outcome import (
     say,
     write_json_atomic,
 )
+from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
+from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
+from wrapper.stop_outcome import StepTracker, judge_stop
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
 
@@ -63,9 +66,10 @@ class AttemptRunner:
             "attempt": attempt, "node": config.node, "allocation": config.allocation,
             "checkpoint_step": step_before, "command": list(config.command),
         })
-        feed = _ScanFeed(self.judge.new_scanner())
+        env = self._attempt_env(attempt, artifacts)  # a fresh heartbeat file first
+        feed = _ScanFeed(self.judge.new_scanner(), self.heartbeat_file)
         supervisor = Supervisor(
-            config.command, env=self._attempt_env(attempt, artifacts),
+            config.command, env=env,
             options=SuperviseOptions(grace_s=config.grace_s, hang_grace_s=config.hang_grace_s,
                                      hang=hang,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
@@ -75,10 +79,13 @@ class AttemptRunner:
                 "timeout_s": timeout}),
         )
         run = supervisor.run()
+        feed.heartbeat_file = None  # the attempt is over: no more touches
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
         evidence = self._evidence(run, artifacts, feed.scanner)
         diagnosis = self.judge.classify(evidence)
+        diagnosis, nvrx = apply_nvrx(diagnosis, feed.nvrx, evidence,
+                                     feed.nvrx.straggler_report(artifacts / "straggler.json"))
         step_after = self._checkpoint_step()
         decision = self.judge.decide(
             diagnosis, history, node=config.node, allocation=config.allocation,
@@ -89,7 +96,7 @@ class AttemptRunner:
             steps=(step_before, step_after), restarts=feed.in_job_restarts, artifacts=artifacts,
             hang_timeout=detector.timeout_s() if detector else None,
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
-            evidence=evidence,
+            evidence=evidence, last_step=feed.steps.last_step, nvrx=nvrx,
         )
         write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
                           record.to_dict())
@@ -113,9 +120,11 @@ class AttemptRunner:
     def _checkpoint_step(self) -> int | None:
         if self.config.checkpoint_dir is None:
             return None
-        from wrapper.checkpoint.marker import read_marker
+        # The marker's step, else the one the framework's own files name (Megatron's
+        # tracker, HF's checkpoint-N, Lightning's step=N...): progress for real trainings.
+        from wrapper.checkpoint.snapshot import checkpoint_step
 
-        return read_marker(self.config.checkpoint_dir)
+        return checkpoint_step(self.config.checkpoint_dir)
 
     def _hang_settings(self, history: Any) -> HangSettings:
         hang = self.config.hang
@@ -133,6 +142,10 @@ class AttemptRunner:
         env[ATTEMPT_ENV] = str(attempt)
         env[NODE_ENV] = self.config.node
         env[STATE_DIR_ENV] = str(self.config.state_dir)
+        env[STRAGGLER_REPORT_ENV] = str((artifacts / "straggler.json").absolute())
+        flag = self.config.expect_finished_flag
+        if flag is not None:  # NVRx / NeMo write their finished flag where this names
+            env.setdefault("FAULT_TOL_FINISHED_FLAG_FILE", str(flag.absolute()))
         return env
 
     def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
@@ -196,7 +209,8 @@ class AttemptRunner:
     def _record(self, *, attempt: int, run: SupervisedRun, diagnosis: Any, decision: Any,
                 steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
                 hang_timeout: float | None, calibrated: float | None,
-                evidence: Mapping[str, Any]) -> OutcomeRecord:
+                evidence: Mapping[str, Any], last_step: int | None = None,
+                nvrx: NvrxFindings | None = None) -> OutcomeRecord:
         action, reason = Decision.parse(decision.action), str(decision.reason)
         if action is Decision.RETRY and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
@@ -206,16 +220,30 @@ class AttemptRunner:
         if run.launch_error and action is not Decision.ABORT:
             action = Decision.ABORT
             reason = f"{run.launch_error}: a user error, retrying cannot help"
+        category, stop_extra = diagnosis.category, {}
+        if run.stop_signal is not None:
+            verdict = judge_stop(step_before=steps[0], step_after=steps[1],
+                                 last_step=last_step,
+                                 checkpoint_known=self.config.checkpoint_dir is not None)
+            stop_extra = {"stop_saved": verdict.saved, "steps_lost": verdict.steps_lost,
+                          "stop_summary": verdict.summary}
+            if verdict.saved is False and action is not Decision.ABORT:
+                # Never a clean preemption: the work since the last checkpoint is gone.
+                category = "stopped-unsaved"
+                reason = f"{verdict.summary}; {reason}"
+                say(f"warning: {verdict.summary}: the training did not save on "
+                    f"{self.config.stop_signal_name} (see --stop-signal)")
         return OutcomeRecord(
             attempt=attempt, allocation=self.config.allocation, node=self.config.node,
             started_at=run.started_at, ended_at=run.ended_at, wall_s=run.wall_s,
             exit_code=run.exit_code, signal=run.signal,
             rank_exit_codes={str(k): int(v) for k, v in dict(diagnosis.rank_exit_codes).items()},
             root_cause_rank=diagnosis.root_cause_rank, rule=diagnosis.rule_id,
-            category=diagnosis.category,
+            category=category,
             evidence=tuple(_evidence_line(line) for line in diagnosis.evidence),
             hint=diagnosis.hint, decision=action, reason=reason,
-            exclude_node=bool(decision.exclude_node),
+            exclude_node=bool(decision.exclude_node) or (
+                nvrx is not None and self.config.node in nvrx.exclude_nodes),
             counts_as_failure=bool(diagnosis.counts_as_failure),
             retries_left=int(decision.retries_left),
             reschedules_left=int(decision.reschedules_left),
@@ -226,7 +254,8 @@ class AttemptRunner:
             calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
             artifacts_dir=str(artifacts),
             extra={"leftover_processes_killed": run.leftover_processes_killed,
-                   "unscanned_lines": run.unscanned_lines,
+                   "unscanned_lines": run.unscanned_lines, **stop_extra,
+                   **(nvrx.record_fields() if nvrx is not None else {}),
                    "explain_command": self._explain_command(run, artifacts, evidence)},
         )
 
@@ -234,9 +263,17 @@ class AttemptRunner:
 class _ScanFeed:
     """Feeds blocks of lines to the scanner and counts the launcher's in-job restarts."""
 
-    def __init__(self, scanner: Any) -> None:
+    def __init__(self, scanner: Any, heartbeat_file: Path | None = None) -> None:
         self.scanner = scanner
+        self.nvrx = NvrxWatch()  # in-process restarts, straggler reports
+        # An in-process restart (barriers, re-initialising the process group) beats no
+        # heartbeat; touching the file the training touches keeps the hang detector from
+        # killing a restart that is under way. Only done when the training uses heartbeats
+        # (else its output lines, these included, are the progress already).
+        self.heartbeat_file = heartbeat_file
+        self._heartbeat_mtime = _mtime(heartbeat_file)
         self.in_job_restarts = 0  # part of this attempt, not attempts of their own
+        self.steps = StepTracker()  # how far the training got, for "N steps lost"
         self._feed_text = getattr(scanner, "feed_text", None)  # same result, prefilter in C
 
     def __call__(self, text: str, stream: str) -> None:
@@ -245,8 +282,19 @@ class _ScanFeed:
         else:
             for line in text.split("\n")[:-1]:  # every line ends with a newline
                 self.scanner.feed(line, stream)
+        self.steps.feed(text)
+        if self.nvrx.feed(text) and self.heartbeat_file is not None:
+            if _mtime(self.heartbeat_file) != self._heartbeat_mtime:
+                self.heartbeat_file.touch()
         if "attempts left" in text:
             self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
+
+
+def _mtime(path: Path | None) -> int | None:
+    try:
+        return None if path is None else path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _evidence_line(line: Any) -> dict[str, Any]:

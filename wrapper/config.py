@@ -8,9 +8,11 @@ importing each other.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wrapper.backoff import Backoff
 from wrapper.decision import Decision
 from wrapper.hang import HangSettings
 
@@ -22,8 +24,7 @@ INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a wrapper bug, never mistaken for succe
 # budgets
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_RESCHEDULES = 2
-DEFAULT_BACKOFF_BASE_S = 1.0
-DEFAULT_BACKOFF_MAX_S = 60.0
+# the in-place retry backoff's defaults live in wrapper.backoff.Backoff
 
 # timing
 DEFAULT_GRACE_S = 30.0
@@ -35,6 +36,7 @@ ABORT_CODE_ENV = "RESCHED_ABORT_CODE"
 MAX_RETRIES_ENV = "RESCHED_MAX_RETRIES"
 MAX_RESCHEDULES_ENV = "RESCHED_MAX_RESCHEDULES"
 GRACE_ENV = "RESCHED_GRACE"
+BACKOFF_ENV = "RESCHED_BACKOFF"
 HANG_GRACE_ENV = "RESCHED_HANG_GRACE"
 HANG_TIMEOUT_ENV = "RESCHED_HANG_TIMEOUT"
 CHECKPOINT_DIR_ENV = "RESCHED_CHECKPOINT_DIR"
@@ -64,6 +66,7 @@ class WrapConfig:
     max_retries: int = DEFAULT_MAX_RETRIES
     max_reschedules: int = DEFAULT_MAX_RESCHEDULES
     reset_on_progress: bool = True
+    backoff: Backoff = field(default_factory=Backoff)
     grace_s: float = DEFAULT_GRACE_S
     hang_grace_s: float = DEFAULT_HANG_GRACE_S
     hang: HangSettings = field(default_factory=HangSettings)
@@ -75,6 +78,12 @@ class WrapConfig:
     expect_finished_flag: Path | None = None
     outcome_file: Path | None = None
     poll_s: float = 0.05
+    # what any stop the wrapper receives reaches the training as (--stop-signal)
+    stop_signal: int = signal.SIGTERM
+
+    @property
+    def stop_signal_name(self) -> str:
+        return signal.Signals(self.stop_signal).name
 
     def exit_code_for(self, decision: Decision | str) -> int:
         """The wrapper's exit code for its final decision (retry never leaves)."""

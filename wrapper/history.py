@@ -93,6 +93,7 @@ class PastAttempt:
     decision: Decision | None
     step: int | None
     failure: bool
+    exit_codes: frozenset[int] = frozenset()  # the attempt's and its ranks' exit codes
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PastAttempt:
@@ -104,8 +105,13 @@ class PastAttempt:
             decision: Decision | None = Decision.parse(record.get("decision"))
         except ValueError:
             decision = None
+        codes = [record.get("exit_code")]
+        ranks = record.get("rank_exit_codes")
+        if isinstance(ranks, Mapping):
+            codes.extend(ranks.values())
         return cls(rule=text("rule"), node=text("node"), allocation=text("allocation"),
-                   decision=decision, step=attempt_step(record), failure=is_failure(record))
+                   decision=decision, step=attempt_step(record), failure=is_failure(record),
+                   exit_codes=frozenset(c for c in codes if type(c) is int))
 
 
 class HistoryCorrupted(ValueError):

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from wrapper.outcome import OutcomeRecord
 
+from wrapper.backoff import Backoff
+
 
 class Scanner(Protocol):
     def feed(self, line: str, stream: str = "stdout") -> object: ...
@@ -44,7 +46,7 @@ class RuleJudge:
 
     def __init__(
         self, *, rule_files: Sequence[Path], state_dir: Path, max_retries: int,
-        max_reschedules: int, reset_on_progress: bool,
+        max_reschedules: int, reset_on_progress: bool, backoff: Backoff | None = None,
     ) -> None:
         # Imported here so that `wrapper.wrap` stays importable on its own.
         from wrapper.classify import Evidence, LineScanner, classify
@@ -60,7 +62,7 @@ class RuleJudge:
         self.store = HistoryStore(state_dir)
         self.budgets = Budgets(
             max_retries=max_retries, max_reschedules=max_reschedules,
-            reset_on_progress=reset_on_progress,
+            reset_on_progress=reset_on_progress, backoff=backoff or Backoff(),
         )
 
     def new_scanner(self) -> Scanner:

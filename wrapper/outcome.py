@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from wrapper.config import OUTCOME_FILE_ENV
 from wrapper.decision import Decision
+from wrapper.redact import redact, redact_data
 
 __all__ = ["OUTCOME_FILE_ENV", "OutcomeRecord", "describe_decision", "describe_ending"]
 
@@ -79,8 +80,11 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # Round-trip through JSON first so that every string (str() of odd values too)
+        # passes the credential filter before it reaches the disk.
+        clean = redact_data(json.loads(json.dumps(data, default=str)))
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            json.dump(data, tmp, indent=2, sort_keys=True, default=str)
+            json.dump(clean, tmp, indent=2, sort_keys=True, default=str)
             tmp.write("\n")
             tmp.flush()
             os.fsync(tmp.fileno())
@@ -187,7 +191,7 @@ def _first_sentence(text: str) -> str:
 def say(line: str, stream: TextIO | None = None) -> None:
     """One ``resched: ...`` line on stderr, flushed (it interleaves with the command's)."""
     out = stream or sys.stderr
-    out.write(f"resched: {line}\n")
+    out.write(f"resched: {redact(line)}\n")
     out.flush()
 
 

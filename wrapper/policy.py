@@ -24,15 +24,11 @@ the task twice marks the node for exclusion.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from wrapper.backoff import Backoff
 from wrapper.classify import Diagnosis
-from wrapper.config import (
-    DEFAULT_BACKOFF_BASE_S,
-    DEFAULT_BACKOFF_MAX_S,
-    DEFAULT_MAX_RESCHEDULES,
-    DEFAULT_MAX_RETRIES,
-)
+from wrapper.config import DEFAULT_MAX_RESCHEDULES, DEFAULT_MAX_RETRIES
 from wrapper.decision import Decision
 from wrapper.history import History, PastAttempt
 
@@ -44,8 +40,7 @@ class Budgets:
     max_retries: int = DEFAULT_MAX_RETRIES
     max_reschedules: int = DEFAULT_MAX_RESCHEDULES
     reset_on_progress: bool = True
-    backoff_base_s: float = DEFAULT_BACKOFF_BASE_S
-    backoff_max_s: float = DEFAULT_BACKOFF_MAX_S
+    backoff: Backoff = field(default_factory=Backoff)  # first in-place retry: no wait
 
 
 @dataclass(frozen=True)
@@ -151,6 +146,9 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         return done(rule_decision, "not a failure: no budget spent", spend=False)
     if rule_decision is Decision.ABORT:
         return done(Decision.ABORT, "retrying cannot help")
+    megatron = megatron_over_time(diagnosis, counts.window, node, step)
+    if megatron:
+        return done(Decision.ABORT, megatron)
     repeat = _deterministic_repeat(diagnosis, counts.window, node, step)
     if repeat:
         return done(Decision.ABORT, f"{repeat}; aborting early instead of burning budgets")
@@ -160,8 +158,9 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         action, why = escalated
     if action is Decision.RETRY:
         if retries_left > 0:
-            backoff = min(budgets.backoff_max_s, budgets.backoff_base_s * (2 ** counts.retries_used))
-            return done(Decision.RETRY, _join(why, f"retry in place in {backoff:g} s"), backoff=backoff)
+            backoff = budgets.backoff.delay_s(counts.retries_used, key=allocation)
+            when = f"in {backoff:g} s" if backoff > 0 else "now"
+            return done(Decision.RETRY, _join(why, f"retry in place {when}"), backoff=backoff)
         action = Decision.RESCHEDULE
         why = _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
     if action is Decision.RESCHEDULE:
@@ -182,3 +181,34 @@ def _node_exclusion(diagnosis: Diagnosis, history: History, node: str, spend: bo
     if spend and failures >= NODE_FAILURES_TO_EXCLUDE:
         return True, f"node {node} has failed this task {failures} times: marked for exclusion"
     return False, ""
+
+
+# ---- Megatron exits 16 / 17 over time (nvrx slice) ------------------------------------
+# Megatron-LM users report resumes after exit 17 that crash again at the same iteration
+# (NVIDIA/Megatron-LM issue tracker); the re-run state machine moves a 16 to another node
+# precisely to tell the GPU from the data / code. So: exit 17 seen this many times before
+# at the same checkpoint step (no progress in between) aborts; an exit 16 that comes back
+# at the same step on a different node aborts (the fault followed the data or the code).
+REPEATED_17_LIMIT = 3
+
+
+def megatron_over_time(diagnosis: Diagnosis, window: Sequence[PastAttempt], node: str,
+                       step: int | None) -> str | None:
+    """Why a Megatron 16 / 17 must abort now, from the earlier attempts; None to go on."""
+    if step is None or not diagnosis.rule_id.startswith("megatron-rerun-1"):
+        return None
+    same_step = [a for a in window if a.step == step]
+    if diagnosis.rule_id.startswith("megatron-rerun-17"):
+        earlier = [a for a in same_step if 17 in a.exit_codes]
+        if len(earlier) >= REPEATED_17_LIMIT:
+            return (f"exit 17 came back {len(earlier) + 1} times at checkpoint step {step} "
+                    "without progress: resuming keeps failing validation, so aborting")
+        return None
+    if diagnosis.rule_id == "megatron-rerun-16":
+        moved = [a for a in same_step if a.node != node
+                 and (16 in a.exit_codes or a.rule == "megatron-rerun-16")]
+        if moved:
+            return (f"exit 16 at checkpoint step {step} again after moving from node "
+                    f"{moved[-1].node} to {node}: the fault follows the data or the code, "
+                    "not the GPU")
+    return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -82,7 +83,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay()
+    relay = SignalRelay(config.stop_signal)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)
@@ -120,7 +121,7 @@ class _AttemptLoop:
         judge = judge or RuleJudge(  # loads the rules first: a bad rules file fails fast
             rule_files=config.rule_files, state_dir=config.state_dir,
             max_retries=config.max_retries, max_reschedules=config.max_reschedules,
-            reset_on_progress=config.reset_on_progress,
+            reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
         config.state_dir.mkdir(parents=True, exist_ok=True)

@@ -14,9 +14,11 @@ from pathlib import Path
 import click
 
 from wrapper import config as cfg
+from wrapper.backoff import parse_backoff
 from wrapper.durations import parse_duration
 from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
+from wrapper.stop_outcome import parse_stop_signal
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
 _PATH = click.Path(path_type=Path)
@@ -45,6 +47,10 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Do not reset the budgets when the checkpoint step advanced.")
 @click.option("--grace", default=f"{cfg.DEFAULT_GRACE_S:g}", show_default=True, envvar=cfg.GRACE_ENV,
               help="Seconds between the forwarded stop signal and SIGKILL.")
+@click.option("--backoff", default=None, envvar=cfg.BACKOFF_ENV,
+              help="Wait before an in-place retry: the first retry starts at once, then BASE "
+                   "doubling up to max, +-jitter (default 1s,max=60s,jitter=0.5; 0 = never "
+                   "wait).")
 @click.option("--hang-grace", default=f"{cfg.DEFAULT_HANG_GRACE_S:g}", show_default=True,
               envvar=cfg.HANG_GRACE_ENV,
               help="Seconds a hung group gets between SIGTERM and SIGKILL (it cannot "
@@ -72,14 +78,19 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Node name for the records (default: the hostname).")
 @click.option("--outcome-file", type=_PATH, default=None, envvar=cfg.OUTCOME_FILE_ENV,
               help="Also write the final outcome record here.")
+@click.option("--stop-signal", default="TERM", show_default=True, envvar="RESCHED_STOP_SIGNAL",
+              help="Any stop the wrapper receives (TERM, INT, HUP, USR1, Slurm's grace) "
+                   "reaches the training as this signal, then --grace, then SIGKILL. "
+                   "Lightning (SLURM auto-requeue) listens for USR1.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
-    max_reschedules: int, no_budget_reset: bool, grace: str, hang_grace: str,
+    max_reschedules: int, no_budget_reset: bool, grace: str, backoff: str | None, hang_grace: str,
     hang_timeout: str | None,
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
     expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
+    stop_signal: str = "TERM",
 ) -> None:
     """Run CMD, classify how it ended, and retry / reschedule / abort.
 
@@ -97,6 +108,7 @@ def wrap(
             max_retries=max_retries,
             max_reschedules=max_reschedules,
             reset_on_progress=not no_budget_reset,
+            backoff=parse_backoff(backoff),
             grace_s=_seconds(grace, "--grace") or 0.0,
             hang_grace_s=_seconds(hang_grace, "--hang-grace") or 0.0,
             hang=parse_hang_timeout(hang_timeout),
@@ -107,6 +119,7 @@ def wrap(
             rule_files=tuple(rule_files),
             expect_finished_flag=expect_finished_flag,
             outcome_file=outcome_file,
+            stop_signal=parse_stop_signal(stop_signal),
         )
         code = run_wrap(config)
     except ReschedError as error:

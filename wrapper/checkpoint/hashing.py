@@ -99,38 +99,72 @@ def hash_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
     return digest.hexdigest()
 
 
-def copy_hashing(
-    source: IO[bytes], target: IO[bytes], progress: Callable[[int], None] | None = None
-) -> tuple[int, str]:
-    """Copy ``source`` to ``target`` and return (size, sha256) of the bytes copied.
+class TooLarge(ValueError):
+    """A source gave more bytes than the manifest recorded (a hostile or damaged blob)."""
 
-    Hashing runs in a helper thread while the main thread writes the same chunk
-    (hashlib and file writes release the GIL), so the copy costs about one pass.
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def copy_hash_fd(src_fd: int, dst_fd: int, progress: Callable[[int], None] | None = None,
+                 *, limit: int | None = None) -> tuple[int, str]:
+    """Copy ``src_fd`` to ``dst_fd``, reading every byte once, and return (size, sha256).
+
+    Two buffers: while a helper thread hashes chunk i (hashlib drops the GIL), this
+    thread writes chunk i and reads chunk i+1 into the other buffer. The bytes hashed are
+    exactly the bytes written. ``limit``: read at most limit+1 bytes and raise
+    :class:`TooLarge` past it (sizes capped by the manifest: /dev/zero never fills a disk).
     """
     digest = hashlib.sha256()
-    size = 0
+    buffers = (memoryview(bytearray(CHUNK)), memoryview(bytearray(CHUNK)))
+    size, index = 0, 0
     pending = None
-    while chunk := source.read(CHUNK):
+    try:
+        while True:
+            buf = buffers[index & 1]
+            want = CHUNK if limit is None else min(CHUNK, limit + 1 - size)
+            count = os.readv(src_fd, [buf[:want]]) if want > 0 else 0
+            if count == 0:
+                break
+            size += count
+            if limit is not None and size > limit:
+                raise TooLarge(f"more than the {limit} bytes the manifest records")
+            chunk = buf[:count]
+            if pending is not None:
+                pending.result()  # in order, and the other buffer is free again
+            pending = _hasher_pool.submit(digest.update, chunk)
+            _write_all(dst_fd, chunk)
+            if progress:
+                progress(count)
+            index += 1
+    finally:
         if pending is not None:
             pending.result()
-        pending = _hasher_pool.submit(digest.update, chunk)
-        target.write(chunk)
-        size += len(chunk)
-        if progress:
-            progress(len(chunk))
-    if pending is not None:
-        pending.result()
     return size, digest.hexdigest()
 
 
-def copy_and_hash(source: Path, target: Path, progress: Callable[[int], None] | None = None,
-                  *, sync: bool = True) -> tuple[int, str]:
-    """Copy local ``source`` to ``target`` (kernel copy, then fsync) while a helper
-    thread hashes ``source``; (size, sha256). The caller checks that ``source`` did not
-    change meanwhile (its stat), since the hash and the copy read it separately."""
-    pending = _hasher_pool.submit(hash_file, source, progress)
-    shutil.copyfile(source, target)
-    if sync:
-        with open(target, "rb") as handle:
-            os.fsync(handle.fileno())
-    return os.stat(target).st_size, pending.result()
+def copy_hashing(
+    source: IO[bytes], target: IO[bytes], progress: Callable[[int], None] | None = None,
+    *, limit: int | None = None,
+) -> tuple[int, str]:
+    """Copy file object ``source`` to ``target``: (size, sha256); as copy_hash_fd."""
+    digest = hashlib.sha256()
+    size = 0
+    pending = None
+    try:
+        while chunk := source.read(CHUNK if limit is None else min(CHUNK, limit + 1 - size)):
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise TooLarge(f"more than the {limit} bytes the manifest records")
+            if pending is not None:
+                pending.result()
+            pending = _hasher_pool.submit(digest.update, chunk)
+            target.write(chunk)
+            if progress:
+                progress(len(chunk))
+    finally:
+        if pending is not None:
+            pending.result()
+    return size, digest.hexdigest()

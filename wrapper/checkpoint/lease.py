@@ -59,7 +59,10 @@ class WriterLease:
     def _lock_local(self) -> None:
         path = self._store.local_path(LOCK_NAME)
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("ab")
+        # O_NOFOLLOW: a lock file replaced by a link is refused, never opened through.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        handle = os.fdopen(fd, "ab")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

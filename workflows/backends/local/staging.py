@@ -15,31 +15,33 @@ import fsspec  # type: ignore[import-untyped]
 
 from workflows.backends.local.plan import PlannedInput, PlannedOutput
 from workflows.errors import BackendError
+from workflows.osmo_runtime import InputKind, InputRule, normalize_name
 
 
 def stage_input(item: PlannedInput, task_dirs: dict[str, Path]) -> int | None:
     """(Re)create ``item.dest`` from its source; return the checkpoint step found, if any."""
     from wrapper.checkpoint import stage_url
-    from wrapper.checkpoint.marker import read_marker
+    from wrapper.checkpoint.snapshot import checkpoint_step
 
     if item.dest.exists():
         shutil.rmtree(item.dest)
     item.dest.mkdir(parents=True)
-    if item.kind == "task":
-        source = task_dirs[item.source.split(":")[-1]] / "output"
+    if item.kind is InputKind.TASK:
+        by_name = {normalize_name(name): path for name, path in task_dirs.items()}
+        source = by_name[normalize_name(item.source)] / "output"
         if source.is_dir():
             shutil.copytree(source, item.dest, dirs_exist_ok=True)
     else:
         stage_url(item.source, item.dest)
     if item.regex:
-        _keep_matching(item.dest, item.regex)
-    return read_marker(item.dest)
+        _keep_matching(item.dest, item.rule)
+    return checkpoint_step(item.dest)  # the marker's, else the framework layout's
 
 
-def _keep_matching(root: Path, regex: str) -> None:
-    pattern = re.compile(regex)
+def _keep_matching(root: Path, rule: InputRule) -> None:
+    # Only files the staging itself just wrote into the fresh input folder are removed.
     for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file() and not pattern.search(path.relative_to(root).as_posix()):
+        if path.is_file() and not rule.keeps(path.relative_to(root).as_posix()):
             path.unlink()
 
 
