@@ -511,7 +511,9 @@ def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
             block, rest = text[:cut], text[cut:]
             if block:
                 count += scanner.feed_text(block, stream=str(path))
-                lines = block.split("\n")  # not splitlines(): line numbers count "\n" only
+                # not splitlines(): line numbers count "\n" only; split off the tail only
+                # (a full split of every block cost as much as scanning it)
+                lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
                 if lines[-1] == "":
                     lines.pop()
                 tail.extend(lines[-_SUMMARY_TAIL_LINES:])
