@@ -69,6 +69,10 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("FloatingPointError: Loss became infinite or NaN at iteration=0!", "loss-nan", "abort"),
     ("[rank0]: RuntimeError: loss is nan, stopping training", "loss-nan", "abort"),
     ("IndexError: list index out of range", "python-user-error", "abort"),
+    ("15: [rank15]: AssertionError: num_layers should be divisible by pipeline_model_parallel_size", "python-user-error", "abort"),
+    ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x512 and 256x10)", "torch-program-error", "abort"),
+    ("salloc: error: Node failure on worker-1", "scheduler-node-failure", "reschedule"),
+    ("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)", "gpu-hardware-fault", "reschedule"),
     ("[rank3]: UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff", "python-user-error", "abort"),
     ("ConnectionResetError: [Errno 104] Connection reset by peer", "python-transient-error", "retry"),
     ("omegaconf.errors.ConfigAttributeError: Missing key train", "python-uncaught-exception", "abort"),
@@ -121,7 +125,7 @@ def test_hardware_line_outranks_the_socket_error_it_caused(tmp_path: Path) -> No
                   ["NVRM: Xid (PCI:0000:1a:00): 145, RLW error", "NCCL WARN Net : Connection closed by remote peer h<1>"]):
         d = diagnose(tmp_path, lines)
         assert (d.rule_id, d.exclude_node) == ("gpu-hardware-fault", True)
-        assert "nccl-error" in d.also_matched
+        assert "gloo-connection-closed" in d.also_matched  # the socket line was seen, as a cascade
 
 
 def test_earliest_error_wins_between_two_root_classes(tmp_path: Path) -> None:
