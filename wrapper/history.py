@@ -122,6 +122,11 @@ class HistoryError(ReschedError):
     """The state directory cannot hold the history (not writable, not a directory)."""
 
 
+def parse_history(data: Any) -> History:
+    """A History from the JSON of a history file; HistoryCorrupted names what is wrong."""
+    return _parse(data)
+
+
 def _parse(data: Any) -> History:
     if not isinstance(data, Mapping) or not isinstance(data.get("attempts", []), list):
         raise HistoryCorrupted("not a resched history object")
