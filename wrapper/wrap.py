@@ -61,6 +61,7 @@ class WrapConfig:
     poll_s: float = 0.05
     # what any stop the wrapper receives reaches the training as (--stop-signal)
     stop_signal: int = signal.SIGTERM
+    stop_broadcast: bool = False  # the scheduler signals every process (Slurm job steps)
 
     @property
     def stop_signal_name(self) -> str:
@@ -112,7 +113,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay(config.stop_signal)
+    relay = SignalRelay(config.stop_signal, broadcast=config.stop_broadcast)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)

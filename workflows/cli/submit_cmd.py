@@ -29,6 +29,7 @@ _BACKEND_FLAGS = {
     "account": "--account",
     "tasks_per_node": "--tasks-per-node",
     "grace": "--grace",
+    "stop_signal": "--stop-signal",
     "max_retry_per_task": "--max-retry-per-task",
     "chaos": "--chaos",
     "workdir": "--workdir",
@@ -80,6 +81,8 @@ def backend_options(given: dict[str, Any], backend_name: str, accepted: set[str]
 @click.option("--account", help="[slurm] Account.")
 @click.option("--tasks-per-node", type=click.IntRange(min=1), help="[slurm] Tasks sharing a node.")
 @click.option("--grace", type=click.IntRange(min=1), help="[slurm] Seconds of warning before the time limit.")
+@click.option("--stop-signal", help="[slurm] What the tasks get on the grace signal: the signal "
+              "the training saves on (default TERM; Lightning: USR1).")
 @click.option(
     "--max-retry-per-task",
     type=click.IntRange(min=0),

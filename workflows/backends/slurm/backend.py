@@ -123,6 +123,7 @@ def parse_options(options: Mapping[str, Any]) -> SlurmOptions:
         tasks_per_node=int(options.get("tasks_per_node") or 1),
         grace_s=int(options.get("grace") or 60),
         grace_signal=signal,
+        stop_signal=_stop_signal(options),
         max_retry_per_task=DEFAULT_MAX_RETRY_PER_TASK if max_retry is None else int(max_retry),
     )
 
@@ -137,6 +138,8 @@ class SlurmBackend(Backend):
             "account": "sbatch --account",
             "tasks_per_node": "tasks sharing one node (default 1: one node per task)",
             "grace": "seconds of warning before the time limit (--signal=B:USR1@N, default 60)",
+            "stop_signal": "what the tasks get on the grace signal: the signal the training "
+                           "saves on (default TERM; Lightning: USR1)",
             "max_retry_per_task": f"RESCHEDULEs after failures per job (default {DEFAULT_MAX_RETRY_PER_TASK})",
             "workdir": "shared directory for scripts, task dirs and logs (default ./resched-slurm)",
         }
@@ -199,3 +202,11 @@ class SlurmBackend(Backend):
                 fix="check SLURM_CONF, the partition and the account",
             )
         return done.stdout.strip().split(";", 1)[0]
+
+
+def _stop_signal(options: Mapping[str, Any]) -> str:
+    """The signal the tasks get on the grace signal (default TERM; Lightning: USR1)."""
+    from wrapper.stop_outcome import parse_stop_signal
+
+    return parse_stop_signal(str(options.get("stop_signal") or "TERM"),
+                             where="--option stop_signal").name.removeprefix("SIG")

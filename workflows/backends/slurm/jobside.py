@@ -5,6 +5,8 @@
     upload DIR URL                          copy an output dir to its url
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
+    exclusions OUTCOME_JSON                 nodes to exclude, comma separated (the wrapper's
+                                            node if marked, NVRx straggler nodes)
 
 Each prints one line on failure and exits 1; the batch script decides what that means.
 """
@@ -99,6 +101,20 @@ def describe(record: Mapping[str, Any]) -> str:
     return text
 
 
+def exclusions(record: Mapping[str, Any]) -> str:
+    """The nodes the next allocation must avoid: the wrapper's own node when it marked
+    it, and the nodes of the ranks NVRx flagged as stragglers (``exclude_nodes``)."""
+    nodes: list[str] = []
+    if record.get("exclude_node") is True and record.get("node"):
+        nodes.append(str(record["node"]))
+    extra = record.get("exclude_nodes")
+    if isinstance(extra, list):
+        nodes += [str(n) for n in extra if isinstance(n, str) and n]
+    # a node name never holds a comma or a space: anything else cannot reach scontrol
+    safe = [n for n in dict.fromkeys(nodes) if n.replace("-", "").replace(".", "").replace("_", "").isalnum()]
+    return ",".join(safe)
+
+
 def _field(record: Mapping[str, Any], key: str) -> str:
     value = record.get(key)
     if isinstance(value, bool):
@@ -121,6 +137,8 @@ def main(argv: Sequence[str]) -> int:
             print(f"resched: {upload(Path(args[0]), args[1])}")
         elif command == "field":
             print(_field(read_outcome(Path(args[0])), args[1]))
+        elif command == "exclusions":
+            print(exclusions(read_outcome(Path(args[0]))))
         elif command == "describe":
             print(describe(read_outcome(Path(args[0]))))
         else:
