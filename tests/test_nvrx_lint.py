@@ -75,3 +75,9 @@ def test_a_task_without_the_wrapper_is_not_checked(tmp_path: Path) -> None:
     rendered = render_file(spec, ValueOptions())
     findings = lint_workflow(rendered, parse_rendered(rendered), LintOptions(target="local"))
     assert not [f for f in findings if f.id in ("RS040", "RS041")]  # ... this one does not
+
+
+def test_the_template_ships_the_example_training_unchanged() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    shipped = (repo / "templates" / "inprocess_train.py").read_text()
+    assert shipped == (repo / "examples" / "inprocess_train.py").read_text()

@@ -25,6 +25,8 @@ from wrapper.launchers import (
     launcher_env,
     tracker_file,
 )
+from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
+from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -35,8 +37,6 @@ from wrapper.outcome import (
     say,
     write_json_atomic,
 )
-from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
-from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.stop_outcome import StepTracker, judge_stop
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
