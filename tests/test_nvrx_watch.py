@@ -147,3 +147,29 @@ def test_ft_state_never_follows_links_nor_saves_junk(tmp_path: Path) -> None:
         junk.write_text(content)
         assert save_ft_state(junk, tmp_path / "s2") is None
     assert not (tmp_path / "s2").exists()
+
+
+class _NullScanner:
+    hits: tuple = ()
+
+    def feed_text(self, text: str, stream: str) -> int:
+        return text.count("\n")
+
+
+def test_an_inprocess_restart_counts_as_a_heartbeat_only_for_a_heartbeating_training(
+    tmp_path: Path,
+) -> None:
+    from wrapper.attempt import _ScanFeed
+
+    beat = tmp_path / "heartbeat"
+    beat.write_bytes(b"")
+    os.utime(beat, ns=(1_000_000_000, 1_000_000_000))
+    feed = _ScanFeed(_NullScanner(), beat)
+    feed("rank=1 fn_ex: RuntimeError('boom')\n", "stderr")
+    assert beat.stat().st_mtime_ns == 1_000_000_000  # no heartbeats yet: output is progress
+    os.utime(beat, ns=(2_000_000_000, 2_000_000_000))  # the training's wrapper.heartbeat()
+    feed("rank=1 fn_ex: RuntimeError('boom again')\n", "stderr")
+    assert beat.stat().st_mtime_ns > 2_000_000_000  # the restart keeps the hang watch fed
+    assert feed.nvrx.restarts == 2
+    feed.heartbeat_file = None  # after the attempt: never touched again
+    feed("rank=1 fn_ex: RuntimeError('late')\n", "stderr")
