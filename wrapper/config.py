@@ -80,6 +80,8 @@ class WrapConfig:
     poll_s: float = 0.05
     # what any stop the wrapper receives reaches the training as (--stop-signal)
     stop_signal: int = signal.SIGTERM
+    stop_broadcast: bool = False  # the scheduler signals every process (Slurm job steps)
+    ft_state: Path | None = None  # NVRx ft_state.json to carry across reschedules
 
     @property
     def stop_signal_name(self) -> str:

@@ -8,6 +8,8 @@
     checkpoint-timer PID DIR URL FREQ [REGEX]  OSMO's checkpoint timer for the task PID
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
+    exclusions OUTCOME_JSON                 nodes to exclude, comma separated (the wrapper's
+                                            node if marked, NVRx straggler nodes)
 
 Each prints one line on failure and exits 1; the batch script decides what that means.
 """
@@ -182,6 +184,20 @@ def describe(record: Mapping[str, Any]) -> str:
     return text
 
 
+def exclusions(record: Mapping[str, Any]) -> str:
+    """The nodes the next allocation must avoid: the wrapper's own node when it marked
+    it, and the nodes of the ranks NVRx flagged as stragglers (``exclude_nodes``)."""
+    nodes: list[str] = []
+    if record.get("exclude_node") is True and record.get("node"):
+        nodes.append(str(record["node"]))
+    extra = record.get("exclude_nodes")
+    if isinstance(extra, list):
+        nodes += [str(n) for n in extra if isinstance(n, str) and n]
+    # a node name never holds a comma or a space: anything else cannot reach scontrol
+    safe = [n for n in dict.fromkeys(nodes) if n.replace("-", "").replace(".", "").replace("_", "").isalnum()]
+    return ",".join(safe)
+
+
 def _field(record: Mapping[str, Any], key: str) -> str:
     value = record.get(key)
     if isinstance(value, bool):
@@ -213,6 +229,8 @@ def main(argv: Sequence[str]) -> int:
                              args[4] if len(args) > 4 and args[4] else None)
         elif command == "field":
             print(_field(read_outcome(Path(args[0])), args[1]))
+        elif command == "exclusions":
+            print(exclusions(read_outcome(Path(args[0]))))
         elif command == "describe":
             print(describe(read_outcome(Path(args[0]))))
         else:
