@@ -24,6 +24,7 @@ INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a wrapper bug, never mistaken for succe
 # budgets
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_RESCHEDULES = 2
+DEFAULT_MAX_NODE_REPLACEMENTS = 8  # reschedules off a blamed node, without progress
 # the in-place retry backoff's defaults live in wrapper.backoff.Backoff
 
 # timing

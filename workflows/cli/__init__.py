@@ -37,6 +37,7 @@ _COMMAND_MODULES = {
     "status": "workflows.cli.slurm_cmds",
     "logs": "workflows.cli.slurm_cmds",
     "report": "workflows.cli.report_cmd",
+    "simulate": "workflows.cli.simulate_cmd",
 }
 
 

@@ -120,6 +120,12 @@ def check_owned(store: StoreFS) -> bool:
         nonempty = bool(set(_top_level(store)) - _LEASE_NAMES)
     if not nonempty:
         return True
+    # Another resched writer may have created the store between our identity read and the
+    # listing (it writes the identity before anything else): read it again before
+    # calling the location foreign. Seen with 6 writers racing for one new S3 prefix.
+    raw = store.read_bytes(IDENTITY_KEY)
+    if raw is not None and _valid_identity(raw):
+        return False
     pointer = store.read_bytes("latest")
     if pointer is not None:
         try:
