@@ -46,6 +46,8 @@ def test_redact_masks_credentials_and_keeps_the_rest(text: str, gone: list[str],
 
 @pytest.mark.parametrize("text", [
     "file:///tmp/a:b@c/ckpt", "published step 5 to s3://bucket/run1: 3 files",
+    "chaos 'kill:master@15s,exit:worker_1=16@35s,term:master@3ckpt' fired",
+    "--chaos: 'melt:t@2s' is not a fault (write KIND:TASK@20s)", "kill:master@1.5s",
     "contact user@example.com", "at 12:30 the session ended; keys monkey signal",
     "/data/ckpt/A: weird name", "fix: check the URL",
 ])
