@@ -16,7 +16,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
