@@ -159,3 +159,11 @@ def test_wrapper_lines_events_and_records_are_redacted(tmp_path: Path,
     assert "final publish to s3://***@127.0.0.1:1/bucket FAILED" in err
     assert SECRET not in err and KEY not in err
     assert SECRET not in record.read_text() and json.loads(record.read_text())["url"]
+
+
+def test_a_file_url_with_user_info_is_refused_not_made_a_relative_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out = _cli("checkpoint", "publish", str(_src(tmp_path)), f"file://{KEY}:{SECRET}@/x")
+    assert code == 1 and "is not a local path URL" in out and SECRET not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
