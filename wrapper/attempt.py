@@ -12,11 +12,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from wrapper.config import ATTEMPT_ENV, HEARTBEAT_FILE_ENV, NODE_ENV, STATE_DIR_ENV, WrapConfig
+from wrapper.decision import Decision
 from wrapper.ft_state import restore_ft_state, save_ft_state
 from wrapper.hang import HangSettings
-from wrapper.heartbeat import HEARTBEAT_ENV
 from wrapper.judge import Judge
 from wrapper.launchers import (
     IN_JOB_RESTART,
@@ -40,9 +41,6 @@ from wrapper.outcome import (
 from wrapper.stop_outcome import StepTracker, judge_stop
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
-if TYPE_CHECKING:
-    from wrapper.wrap import WrapConfig
-
 
 class AttemptRunner:
     def __init__(self, config: WrapConfig, judge: Judge, relay: SignalRelay,
@@ -57,7 +55,7 @@ class AttemptRunner:
         self.launcher = detect_launcher(config.command)
         self.tracker_file = tracker_file(config.command)
 
-    def run_one(self, history: Any, retries_used: int) -> tuple[dict[str, Any], Any]:
+    def run_one(self, history: Any, retries_used: int) -> tuple[OutcomeRecord, Any]:
         """Run attempt number ``len(history.attempts) + 1``; return (record, new history)."""
         config = self.config
         attempt = len(history.attempts) + 1
@@ -112,13 +110,13 @@ class AttemptRunner:
             evidence=evidence, last_step=feed.steps.last_step, nvrx=nvrx,
             ft_timeouts=ft_timeouts,
         )
-        data = record.to_dict()
-        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
-        history = self.judge.record(data)
-        self._announce(record, rule_decision=str(diagnosis.decision))
-        return data, history
+        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
+                          record.to_dict())
+        history = self.judge.record(record)
+        self._announce(record, rule_decision=Decision.parse(diagnosis.decision))
+        return record, history
 
-    def _announce(self, record: OutcomeRecord, *, rule_decision: str) -> None:
+    def _announce(self, record: OutcomeRecord, *, rule_decision: Decision) -> None:
         """The two human lines and the timeline event of a decision."""
         say(describe_ending(record))
         say(describe_decision(record, rule_decision=rule_decision,
@@ -134,9 +132,11 @@ class AttemptRunner:
     def _checkpoint_step(self) -> int | None:
         if self.config.checkpoint_dir is None:
             return None
-        from wrapper.checkpoint.marker import read_marker
+        # The marker's step, else the one the framework's own files name (Megatron's
+        # tracker, HF's checkpoint-N, Lightning's step=N...): progress for real trainings.
+        from wrapper.checkpoint.snapshot import checkpoint_step
 
-        return read_marker(self.config.checkpoint_dir)
+        return checkpoint_step(self.config.checkpoint_dir)
 
     def _hang_settings(self, history: Any) -> HangSettings:
         hang = self.config.hang
@@ -150,10 +150,10 @@ class AttemptRunner:
         self.heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_file.write_bytes(b"")
         env = launcher_env(self.environ, self.launcher, artifacts)
-        env[HEARTBEAT_ENV] = str(self.heartbeat_file)
-        env["RESCHED_ATTEMPT"] = str(attempt)
-        env["RESCHED_NODE"] = self.config.node
-        env["RESCHED_STATE_DIR"] = str(self.config.state_dir)
+        env[HEARTBEAT_FILE_ENV] = str(self.heartbeat_file)
+        env[ATTEMPT_ENV] = str(attempt)
+        env[NODE_ENV] = self.config.node
+        env[STATE_DIR_ENV] = str(self.config.state_dir)
         env[STRAGGLER_REPORT_ENV] = str((artifacts / "straggler.json").absolute())
         flag = self.config.expect_finished_flag
         if flag is not None:  # NVRx / NeMo write their finished flag where this names
@@ -224,14 +224,15 @@ class AttemptRunner:
                 evidence: Mapping[str, Any], last_step: int | None = None,
                 nvrx: NvrxFindings | None = None,
                 ft_timeouts: Mapping[str, Any] | None = None) -> OutcomeRecord:
-        action, reason = str(decision.action), str(decision.reason)
-        if action == "retry" and run.stop_signal is not None:
+        action, reason = Decision.parse(decision.action), str(decision.reason)
+        if action is Decision.RETRY and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
             # in place; leave so the orchestrator can run the task again elsewhere.
-            action = "reschedule"
+            action = Decision.RESCHEDULE
             reason = f"{reason}; wrapper got {run.stop_signal}, so no retry in place"
-        if run.launch_error and action != "abort":
-            action, reason = "abort", f"{run.launch_error}: a user error, retrying cannot help"
+        if run.launch_error and action is not Decision.ABORT:
+            action = Decision.ABORT
+            reason = f"{run.launch_error}: a user error, retrying cannot help"
         category, stop_extra = diagnosis.category, {}
         if run.stop_signal is not None:
             verdict = judge_stop(step_before=steps[0], step_after=steps[1],
@@ -239,7 +240,7 @@ class AttemptRunner:
                                  checkpoint_known=self.config.checkpoint_dir is not None)
             stop_extra = {"stop_saved": verdict.saved, "steps_lost": verdict.steps_lost,
                           "stop_summary": verdict.summary}
-            if verdict.saved is False and action != "abort":
+            if verdict.saved is False and action is not Decision.ABORT:
                 # Never a clean preemption: the work since the last checkpoint is gone.
                 category = "stopped-unsaved"
                 reason = f"{verdict.summary}; {reason}"
@@ -259,7 +260,7 @@ class AttemptRunner:
             counts_as_failure=bool(diagnosis.counts_as_failure),
             retries_left=int(decision.retries_left),
             reschedules_left=int(decision.reschedules_left),
-            backoff_s=float(decision.backoff_s) if action == "retry" else 0.0,
+            backoff_s=float(decision.backoff_s) if action is Decision.RETRY else 0.0,
             checkpoint_step_before=steps[0], checkpoint_step_after=steps[1], hung=run.hung,
             stop_signal=run.stop_signal, launcher=self.launcher, in_job_restarts=restarts,
             launch_error=run.launch_error, hang_timeout_s=hang_timeout,

@@ -65,11 +65,17 @@ prepare_task() { # task: $RUN_DIR/tasks/<task>/{launch.sh, tmp/, input/N/, outpu
     local dir="$RUN_DIR/tasks/$1"
     mkdir -p "$dir/tmp" "$dir/input" "$dir/output"
     if [ -d "$BUNDLE/files/$1" ]; then
-        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir"
+        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir" || return 1
+    fi
+    if [ -d "$BUNDLE/verbatim/$1" ]; then # base64 files: written as they are, no tokens
+        helper materialize "$BUNDLE/verbatim/$1" "$dir" --verbatim || return 1
     fi
 }
-stage_input() { # task index url: OSMO downloads inputs whenever a task (re)starts
-    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2"
+stage_input() { # task index url [regex]: OSMO downloads inputs whenever a task (re)starts
+    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
+}
+stage_task_input() { # task index published-outputs-dir [regex]: a task: input (upstream job)
+    helper stage-dir "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
 }
 write_launch_scripts
 for task in "${TASKS[@]}"; do
@@ -92,6 +98,7 @@ start_task() { # task
         bash "$RUN_DIR/private-tmp.sh" "$dir/tmp" "${SHARED_PATHS[@]}" -- bash "$dir/launch.sh" &
     TASK_OF_PID[$!]=$task
     say "task $task started on $node (log: $dir/task.log)"
+    start_checkpoint_timers "$task" "$!" # they end with their final upload (stop_tasks waits)
 }
 for task in "${TASKS[@]}"; do start_task "$task"; done
 
@@ -114,11 +121,10 @@ forward_grace() {
 }
 trap forward_grace "$GRACE_SIGNAL"
 
-# --- wait: the group's result, decided as OSMO decides it --------------------------------
-#   the lead ends           -> the group takes the lead's result; the other tasks stop
-#   a non-lead RESCHEDULE   -> the whole group requeues (Slurm cannot move one step alone)
-#   a non-lead FAIL         -> the group fails if IGNORE_NONLEAD_STATUS is false, else ignored
-#   a non-lead COMPLETE     -> keep waiting for the lead
+# --- wait: the group's result, decided as OSMO decides it (group_reaction above) ----------
+#   end      -> the group takes this task's result; the other tasks stop
+#   requeue  -> the whole group requeues (Slurm cannot move one step alone)
+#   wait     -> keep waiting (a non-lead completed, or failed with ignoreNonleadStatus)
 RESULT="" RESULT_TASK="" RESULT_CODE=""
 while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
     running=" $(jobs -rp | tr '\n' ' ') " # (polling instead of `wait -n -p`: bash >= 4 is enough)
@@ -129,9 +135,11 @@ while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
         task=${TASK_OF_PID[$pid]}
         unset "TASK_OF_PID[$pid]"
         action=$(exit_action "$task" "$code")
-        say "task $task exited $code -> $action"
-        if [ "$task" = "$LEAD" ] || [ "$action" = RESCHEDULE ] ||
-            { [ "$action" = FAIL ] && [ "$IGNORE_NONLEAD_STATUS" = false ]; }; then
+        role=nonlead
+        [ "$task" = "$LEAD" ] && role=lead
+        reaction=$(group_reaction "$role" "$action")
+        say "task $task exited $code -> $action ($reaction)"
+        if [ "$reaction" != wait ]; then
             RESULT=$action RESULT_TASK=$task RESULT_CODE=$code
             break
         fi
@@ -186,8 +194,17 @@ OUTCOME="$RUN_DIR/tasks/$RESULT_TASK/outcome.json" # the wrapper's final record,
 if [ -f "$OUTCOME" ]; then
     say "$RESULT_TASK's wrapper: $(helper describe "$OUTCOME")"
 fi
+# A downstream job (sbatch --dependency=afterok on this one) stages its task: inputs from
+# $JOB_ROOT/outputs/<task>: each task's {{output}} folder, published when the group completed.
+publish_task_outputs() {
+    local task
+    for task in "${TASKS[@]}"; do
+        mkdir -p "$JOB_ROOT/outputs/$task" && cp -a "$RUN_DIR/tasks/$task/output/." "$JOB_ROOT/outputs/$task/" || return 1
+    done
+}
 if [ "$RESULT" = COMPLETE ]; then
     upload_outputs || { record FAIL - 0 "could not upload the outputs"; exit 1; }
+    publish_task_outputs || { record FAIL - 0 "could not publish the task outputs"; exit 1; }
     record COMPLETE "$RESULT_TASK" "$RESULT_CODE" "lead completed"
     say "COMPLETED: task $RESULT_TASK exited $RESULT_CODE"
     exit 0
