@@ -18,7 +18,9 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from wrapper import node_guard
 from wrapper.attempt import AttemptRunner
 from wrapper.config import (
     ALLOCATION_ENV,
@@ -30,7 +32,13 @@ from wrapper.config import (
 from wrapper.decision import Decision
 from wrapper.errors import ReschedError
 from wrapper.judge import Judge, RuleJudge
-from wrapper.outcome import OutcomeRecord, emit_event, say, write_json_atomic
+from wrapper.outcome import (
+    OutcomeRecord,
+    attempt_record_path,
+    emit_event,
+    say,
+    write_json_atomic,
+)
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
 
@@ -125,6 +133,11 @@ class _AttemptLoop:
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
         config.state_dir.mkdir(parents=True, exist_ok=True)
         history = judge.load_history()
+        verdict = node_guard.guard(history, config.node)
+        if verdict.reason:
+            say(verdict.reason)
+        if verdict.leave:
+            return self._leave_excluded_node(judge, history, verdict.reason)
         self.checkpoint.start_sync()
         runner = AttemptRunner(config, judge, self.relay, self.environ, self.clock,
                                self._heartbeat_file())
@@ -152,6 +165,29 @@ class _AttemptLoop:
         self.checkpoint.finish()
         self.write_final(record, code)
         return code
+
+    def _leave_excluded_node(self, judge: Judge, history: Any, reason: str) -> int:
+        """One attempt that never started the training: recorded like any other (the
+        orchestrator's retry count moves on), then the reschedule code."""
+        config, now = self.config, time.time()
+        attempt = len(history.attempts) + 1
+        record = OutcomeRecord(
+            attempt=attempt, allocation=config.allocation, node=config.node, started_at=now,
+            ended_at=now, wall_s=0.0, exit_code=None, signal=None, rank_exit_codes={},
+            root_cause_rank=None, rule=node_guard.GUARD_RULE, category=node_guard.GUARD_CATEGORY,
+            evidence=(), hint="", decision=Decision.RESCHEDULE, reason=reason,
+            exclude_node=False, counts_as_failure=False, retries_left=config.max_retries,
+            reschedules_left=config.max_reschedules, backoff_s=0.0,
+            checkpoint_step_before=None, checkpoint_step_after=None, hung=False,
+            stop_signal=None, launcher=None, in_job_restarts=0, launch_error=None,
+            hang_timeout_s=None, calibrated_hang_timeout=None, command=config.command,
+            artifacts_dir="")
+        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
+                          record.to_dict())
+        judge.record(record)
+        emit_event("decision", {"decision": Decision.RESCHEDULE, "rule": node_guard.GUARD_RULE,
+                                "reason": reason})
+        return self._leave(record)
 
     def _stopped_between_attempts(self, last: OutcomeRecord | None) -> int:
         """A stop signal outside an attempt (restore, backoff): leave as a preemption."""
