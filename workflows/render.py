@@ -54,6 +54,7 @@ from workflows.values import (
     resolve_values,
     safe_load_yaml,
 )
+from wrapper.inputfile import InputFileError, read_input_text
 
 __all__ = [
     "TOKEN_RE",
@@ -130,11 +131,11 @@ def split_sections(text: str, source: str = "<string>") -> dict[str, Section]:
 
 def _parse_section(section: Section, source: str) -> Any:
     try:
-        parsed = safe_load_yaml(section.text)
+        parsed = safe_load_yaml(section.text, line_offset=section.line - 1)
     except YamlLoadError as error:
-        line = section.line + (error.line or 0)
+        line = section.line if error.line is None else error.line + 1
         raise RenderError(f"{section.key} is not valid YAML: {error.problem}",
-                          where=f"{source}:{line}") from error
+                          where=f"{source}:{line}", fix=error.fix) from error
     return parsed.get(section.key) if isinstance(parsed, dict) else None
 
 
@@ -240,13 +241,9 @@ def render_file(path: Path, options: ValueOptions) -> Rendered:
     """Read and render a workflow file as OSMO's client reads it (UTF-8, universal newlines)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RenderError(f"cannot read the workflow file: {error.strerror or error}",
-                          where=str(path)) from error
-    except UnicodeDecodeError as error:
-        raise RenderError(f"the workflow file is not UTF-8 text ({error.reason} at byte "
-                          f"{error.start})", where=str(path)) from error
+        text = read_input_text(path, what="the workflow file")
+    except InputFileError as error:  # a directory, FIFO or /dev/zero is refused, never read
+        raise RenderError(error.message, where=error.where, fix=error.fix) from None
     return _render(text, options, str(path), path)
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped,unused-ignore]
-
+from wrapper import yamlsafe
 from wrapper.errors import ReschedError
+from wrapper.inputfile import InputFileError, read_input_text
 
 DECISIONS = ("complete", "retry", "reschedule", "abort")
 ESCALATION_SCOPES = ("node", "job")
@@ -142,18 +142,12 @@ def load_rules(user_files: Sequence[Path] = ()) -> RuleSet:
 def load_rule_file(path: Path) -> tuple[Rule, ...]:
     """Parse and validate one rules file (a mapping with `rules:` or a plain list)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RulesError(
-            f"cannot read rules file: {error.strerror or error}", where=str(path)
-        ) from error
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise RulesError(f"not valid YAML: {problem}", where=where) from error
+        data = yamlsafe.safe_load(read_input_text(path, what="rules file"))
+    except InputFileError as error:
+        raise RulesError(error.message, where=error.where, fix=error.fix) from None
+    except yamlsafe.YamlLoadError as error:
+        where = f"{path}:{error.line + 1}" if error.line is not None else str(path)
+        raise RulesError(f"not valid YAML: {error.problem}", where=where, fix=error.fix) from None
     raw_rules = _rules_list(data, path)
     rules: list[Rule] = []
     ids: set[str] = set()
