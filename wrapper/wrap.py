@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -89,6 +90,39 @@ def validate_config(config: WrapConfig) -> None:
     if config.max_retries < 0 or config.max_reschedules < 0:
         raise WrapConfigError("budgets cannot be negative", where="--max-retries/--max-reschedules",
                               fix="give 0 or more")
+    for flag, path, want in (("--checkpoint-dir", config.checkpoint_dir, "dir"),
+                             ("--state-dir", config.state_dir, "dir"),
+                             ("--heartbeat-file", config.heartbeat_file, "file"),
+                             ("--outcome-file", config.outcome_file, "file")):
+        if path is not None:
+            check_path_kind(path, want, flag)
+
+
+def check_path_kind(path: Path, want: str, flag: str) -> None:
+    """Refuse, in one line, a path that can never work: a file where a directory goes, a
+    directory or FIFO where a file goes (writing a FIFO blocks), a file among its parents."""
+    try:
+        mode: int | None = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # missing (created later), or a file among the parents (found below)
+    except (OSError, ValueError) as error:
+        raise WrapConfigError(f"{path!r} cannot be used: {getattr(error, 'strerror', None) or error}",
+                              where=flag, fix="choose a path below a directory you can write") from None
+    if mode is not None:
+        if want == "dir" and not stat.S_ISDIR(mode):
+            raise WrapConfigError(f"{path} is not a directory", where=flag,
+                                  fix="give a directory (it is created if missing)")
+        if want == "file" and not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise WrapConfigError(f"{path} is {kind}", where=flag,
+                                  fix="give a file path (it is created if missing)")
+        return
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise WrapConfigError(f"{path} cannot be created: {parent} is not a directory",
+                                      where=flag, fix="choose a path below a directory")
+            return
 
 
 def run_wrap(
@@ -146,7 +180,12 @@ class _AttemptLoop:
             reset_on_progress=config.reset_on_progress,
         )
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # e.g. read-only: user input, never exit 70
+            raise WrapConfigError(f"cannot create the state directory {config.state_dir}: "
+                                  f"{error.strerror or error}", where="--state-dir",
+                                  fix="choose a writable directory with --state-dir") from None
         history = judge.load_history()
         self.checkpoint.start_sync()
         runner = AttemptRunner(config, judge, self.relay, self.environ, self.clock,

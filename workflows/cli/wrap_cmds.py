@@ -18,7 +18,8 @@ from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
-_PATH = click.Path(path_type=Path)
+_DIR = click.Path(file_okay=False, path_type=Path)  # click names a path of the wrong kind
+_FILE = click.Path(dir_okay=False, path_type=Path)
 
 
 def _seconds(value: str | None, flag: str) -> float | None:
@@ -50,24 +51,24 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="No progress (heartbeat, or output lines without heartbeats) for this "
                    "long = hung; 'auto' calibrates like NVRx (auto,initial=30m,later=5m,"
                    "factor=5,min=30s,warmup=3). Default: off.")
-@click.option("--heartbeat-file", type=_PATH, default=None,
+@click.option("--heartbeat-file", type=_FILE, default=None,
               help="File wrapper.heartbeat() touches (default: a private temp file).")
-@click.option("--checkpoint-dir", type=_PATH, default=None, envvar="RESCHED_CHECKPOINT_DIR",
+@click.option("--checkpoint-dir", type=_DIR, default=None, envvar="RESCHED_CHECKPOINT_DIR",
               help="Local directory the training writes checkpoints to.")
 @click.option("--checkpoint-url", default=None, envvar="RESCHED_CHECKPOINT_URL",
               help="Checkpoint store URL the wrapper owns: restore at start, sync, final publish.")
 @click.option("--sync-every", default=None, envvar="RESCHED_SYNC_EVERY",
               help="Publish the checkpoint dir to --checkpoint-url this often (e.g. 10m).")
-@click.option("--state-dir", type=_PATH, default=None, envvar="RESCHED_STATE_DIR",
+@click.option("--state-dir", type=_DIR, default=None, envvar="RESCHED_STATE_DIR",
               help="Outcome records and history (default: <checkpoint-dir>/.resched).")
-@click.option("--rules", "rule_files", type=_PATH, multiple=True,
+@click.option("--rules", "rule_files", type=_FILE, multiple=True,
               help="Extra rules file (YAML); repeatable; takes precedence over the catalogue.")
-@click.option("--expect-finished-flag", type=_PATH, default=None,
+@click.option("--expect-finished-flag", type=_FILE, default=None,
               envvar="RESCHED_EXPECT_FINISHED_FLAG",
               help="Exit 0 counts as complete only if this file exists.")
 @click.option("--node", default=None, envvar="RESCHED_NODE",
               help="Node name for the records (default: the hostname).")
-@click.option("--outcome-file", type=_PATH, default=None, envvar="RESCHED_OUTCOME_FILE",
+@click.option("--outcome-file", type=_FILE, default=None, envvar="RESCHED_OUTCOME_FILE",
               help="Also write the final outcome record here.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
