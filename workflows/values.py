@@ -81,11 +81,17 @@ def coerce_set_value(text: str) -> int | float | str:
 def split_set_item(item: str, flag: str = "--set") -> tuple[str, str]:
     """Split ``KEY=VALUE`` at the first ``=``; a missing ``=`` is a usage error."""
     key, sep, value = item.partition("=")
+    shown = item if item.isprintable() else repr(item)  # keep the error on one line
     if not sep:
-        shown = item if item.isprintable() else repr(item)  # keep the error on one line
         raise UsageError(
             f"{flag} {shown}: expected KEY=VALUE",
             fix=f"write {flag} {shown or 'KEY'}=VALUE",
+        )
+    # OSMO would store these, but no template can ever read them: a typo, not a value.
+    if not key.strip() or not key.isprintable():
+        raise UsageError(
+            f"{flag} {shown}: the KEY before '=' is empty or has control characters",
+            fix=f"write {flag} NAME=VALUE",
         )
     return key, value
 

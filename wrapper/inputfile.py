@@ -43,11 +43,12 @@ def read_input_bytes(path: Path, *, what: str, limit: int = MAX_INPUT_BYTES) -> 
                              fix="pass an existing, readable file") from None
     except ValueError as error:  # a NUL byte in the name
         raise InputFileError(f"cannot read {what}: {error}", where=repr(where)) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before fdopen, which refuses a directory with a traceback
+        os.close(fd)
+        raise InputFileError(f"{what} is {_kind(mode)}, not a regular file", where=where or "''",
+                             fix="pass a regular file")
     with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputFileError(f"{what} is {_kind(mode)}, not a regular file", where=where,
-                                 fix="pass a regular file")
         try:
             data = handle.read(limit + 1)
         except OSError as error:

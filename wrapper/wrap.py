@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from wrapper.errors import ReschedError
 from wrapper.hang import HangSettings
 from wrapper.judge import Judge, RuleJudge
 from wrapper.outcome import OUTCOME_FILE_ENV, emit_event, say, write_json_atomic
+from wrapper.pathcheck import check_path_kind
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
 
@@ -96,33 +96,6 @@ def validate_config(config: WrapConfig) -> None:
                              ("--outcome-file", config.outcome_file, "file")):
         if path is not None:
             check_path_kind(path, want, flag)
-
-
-def check_path_kind(path: Path, want: str, flag: str) -> None:
-    """Refuse, in one line, a path that can never work: a file where a directory goes, a
-    directory or FIFO where a file goes (writing a FIFO blocks), a file among its parents."""
-    try:
-        mode: int | None = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        mode = None  # missing (created later), or a file among the parents (found below)
-    except (OSError, ValueError) as error:
-        raise WrapConfigError(f"{path!r} cannot be used: {getattr(error, 'strerror', None) or error}",
-                              where=flag, fix="choose a path below a directory you can write") from None
-    if mode is not None:
-        if want == "dir" and not stat.S_ISDIR(mode):
-            raise WrapConfigError(f"{path} is not a directory", where=flag,
-                                  fix="give a directory (it is created if missing)")
-        if want == "file" and not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            raise WrapConfigError(f"{path} is {kind}", where=flag,
-                                  fix="give a file path (it is created if missing)")
-        return
-    for parent in path.absolute().parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise WrapConfigError(f"{path} cannot be created: {parent} is not a directory",
-                                      where=flag, fix="choose a path below a directory")
-            return
 
 
 def run_wrap(

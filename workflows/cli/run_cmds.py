@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from workflows.backends import get_backend
-from workflows.cli.common import ValuesCommand, values_options
+from workflows.cli.common import ValuesCommand, bounded_int, path_kind, values_options
 from workflows.cli.findings import echo_findings
 from workflows.errors import UsageError
 from workflows.pipeline import load_workflow
@@ -23,11 +23,11 @@ from workflows.values import ValueOptions
 @values_options
 @click.option("--chaos", help="Inject faults: 'kill:master@20s,hang:worker_1@35s,"
               "exit:master=16@50s,term:master@70s', '@3ckpt', or 'random:mtbf=30s,seed=1'.")
-@click.option("--max-retry-per-task", type=click.IntRange(min=0),
+@click.option("--max-retry-per-task", type=bounded_int(0),
               help="RESCHEDULEs each task gets (default 3; OSMO's pool default is 0).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), callback=path_kind("dir"),
               help="Where pods, logs and staged inputs go (default .resched/runs/<run id>).")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), callback=path_kind("file"),
               help="Write the JSON report (attempts, timeline, ETTR) here.")
 @click.option("--progress", type=click.Choice(["auto", "tty", "plain", "quiet"]), default="auto",
               show_default=True, help="Live lines on a terminal, plain lines otherwise.")

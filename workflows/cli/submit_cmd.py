@@ -12,7 +12,14 @@ from typing import Any
 import click
 
 from workflows.backends import BACKEND_NAMES, get_backend
-from workflows.cli.common import ValuesCommand, values_options
+from workflows.cli.common import (
+    NameParam,
+    SlurmTimeParam,
+    ValuesCommand,
+    bounded_int,
+    path_kind,
+    values_options,
+)
 from workflows.cli.findings import echo_findings
 from workflows.errors import UsageError
 from workflows.lint import LintOptions
@@ -63,35 +70,39 @@ def backend_options(given: dict[str, Any], backend_name: str, accepted: set[str]
 @click.option(
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
+    callback=path_kind("dir"),
     help="Write the request's files (e.g. workflow.yaml, the sbatch script) to this directory.",
 )
 @click.option("--strict", is_flag=True, help="Refuse to submit when lint reports warnings.")
 @click.option(
     "--pool-retry-limit",
-    type=click.IntRange(min=0),
+    type=bounded_int(0),
     help="Declare the OSMO pool's max_retry_per_task (lint RS004).",
 )
-@click.option("--pool", help="[osmo] Pool to submit to.")
+@click.option("--pool", type=NameParam(), help="[osmo] Pool to submit to.")
 @click.option(
     "--priority", type=click.Choice(["HIGH", "NORMAL", "LOW"], case_sensitive=False), help="[osmo]"
 )
-@click.option("--partition", help="[slurm] Partition.")
-@click.option("--time", help="[slurm] Time limit (sbatch --time).")
-@click.option("--account", help="[slurm] Account.")
-@click.option("--tasks-per-node", type=click.IntRange(min=1), help="[slurm] Tasks sharing a node.")
-@click.option("--grace", type=click.IntRange(min=1), help="[slurm] Seconds of warning before the time limit.")
+@click.option("--partition", type=NameParam(), help="[slurm] Partition.")
+@click.option("--time", type=SlurmTimeParam(), help="[slurm] Time limit (sbatch --time).")
+@click.option("--account", type=NameParam(), help="[slurm] Account.")
+@click.option("--tasks-per-node", type=bounded_int(1), help="[slurm] Tasks sharing a node.")
+# Slurm keeps the --signal warning time in 16 bits: at most 65535 s.
+@click.option("--grace", type=bounded_int(1, 65535), help="[slurm] Seconds of warning before the time limit.")
 @click.option(
     "--max-retry-per-task",
-    type=click.IntRange(min=0),
+    type=bounded_int(0),
     help="[local, slurm] How many RESCHEDULEs a task gets (OSMO's pool setting).",
 )
 @click.option("--chaos", help="[local] Fault injection spec, e.g. 'kill:master@20s'.")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
+    callback=path_kind("dir"),
     help="[local, slurm] Where pods, task dirs and logs go.",
 )
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), help="[local] JSON report.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), callback=path_kind("file"),
+              help="[local] JSON report.")
 def submit_command(
     file: Path,
     values_files: tuple[Path, ...],

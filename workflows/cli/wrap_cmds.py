@@ -13,13 +13,14 @@ from pathlib import Path
 
 import click
 
+from workflows.cli.common import NameParam, NonEmptyPath, bounded_int
 from wrapper.durations import parse_duration
 from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
-_DIR = click.Path(file_okay=False, path_type=Path)  # click names a path of the wrong kind
-_FILE = click.Path(dir_okay=False, path_type=Path)
+_DIR = NonEmptyPath(file_okay=False, path_type=Path)  # click names a path of the wrong kind
+_FILE = NonEmptyPath(dir_okay=False, path_type=Path)
 
 
 def _seconds(value: str | None, flag: str) -> float | None:
@@ -36,9 +37,9 @@ def _seconds(value: str | None, flag: str) -> float | None:
                    "RESCHEDULE in the task's exitActions).")
 @click.option("--abort-code", type=int, default=1, show_default=True, envvar="RESCHED_ABORT_CODE",
               help="Exit code for abort (must not be a RESCHEDULE code).")
-@click.option("--max-retries", type=int, default=3, show_default=True,
+@click.option("--max-retries", type=bounded_int(0), default=3, show_default=True,
               envvar="RESCHED_MAX_RETRIES", help="In-place restarts per allocation.")
-@click.option("--max-reschedules", type=int, default=2, show_default=True,
+@click.option("--max-reschedules", type=bounded_int(0), default=2, show_default=True,
               envvar="RESCHED_MAX_RESCHEDULES", help="Reschedules for failures (whole job).")
 @click.option("--no-budget-reset", is_flag=True,
               help="Do not reset the budgets when the checkpoint step advanced.")
@@ -66,7 +67,7 @@ def _seconds(value: str | None, flag: str) -> float | None:
 @click.option("--expect-finished-flag", type=_FILE, default=None,
               envvar="RESCHED_EXPECT_FINISHED_FLAG",
               help="Exit 0 counts as complete only if this file exists.")
-@click.option("--node", default=None, envvar="RESCHED_NODE",
+@click.option("--node", type=NameParam(), default=None, envvar="RESCHED_NODE",
               help="Node name for the records (default: the hostname).")
 @click.option("--outcome-file", type=_FILE, default=None, envvar="RESCHED_OUTCOME_FILE",
               help="Also write the final outcome record here.")
