@@ -20,19 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hostile_helpers import assert_clear_error, run_cli
+from tests.hostile_helpers import assert_clear_error, fill, make_inputs, run_cli
 from workflows.errors import UsageError
 from workflows.values import split_set_item
 from wrapper.durations import DurationError, parse_duration
 from wrapper.hang import HangTimeoutError, parse_hang_timeout
-from wrapper.inputfile import MAX_INPUT_BYTES
 
 HUGE = "99999999999999999999"
-
-SPEC = "workflow:\n  name: ok\n  tasks:\n  - name: t\n    image: ubuntu\n    command: [sh, -c, 'echo hi']\n"
-BOMB = "workflow:\n  name: b\n  a0: &a0 [x,x,x,x,x,x,x,x,x]\n" + "".join(
-    f"  a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 9))
-
 
 @pytest.fixture
 def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
@@ -40,26 +34,7 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.chdir(tmp_path)  # a wrap default state dir must land here, not in the repo
     for name in [k for k in os.environ if k.startswith("RESCHED_")]:
         monkeypatch.delenv(name)
-    made = {
-        "ok": SPEC, "empty": "", "list": "- a\n- b\n", "dupvals": "a: 1\na: 2\n",
-        "dupspec": SPEC + "    command: [evil]\n", "bomb": BOMB,
-        "deep": "workflow: " + "[" * 50_000 + "]" * 50_000 + "\n",
-        "duprules": "rules:\n- id: x\n  id: y\n",
-        "file": "just a file\n", "noworkflow": "version: 2\n",
-    }
-    paths = {}
-    for name, text in made.items():
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text)
-        paths[name] = str(path)
-    (tmp_path / "bin.yaml").write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00")
-    with (tmp_path / "big.yaml").open("wb") as handle:
-        handle.truncate(MAX_INPUT_BYTES + 1)
-    os.mkfifo(tmp_path / "fifo.yaml")
-    (tmp_path / "dir").mkdir()
-    return {**paths, "bin": str(tmp_path / "bin.yaml"), "big": str(tmp_path / "big.yaml"),
-            "fifo": str(tmp_path / "fifo.yaml"), "dir": str(tmp_path / "dir"),
-            "missing": str(tmp_path / "missing.yaml"), "zero": "/dev/zero", "tmp": str(tmp_path)}
+    return make_inputs(tmp_path)
 
 
 # Values options and FILE, for every command that loads a workflow.
@@ -168,10 +143,6 @@ WRAP_ENV = [
 ]
 
 
-def _fill(args: list[str], files: dict[str, str]) -> list[str]:
-    return [arg.format(**files) if "{" in arg else arg for arg in args]
-
-
 def _ids(cases: list[list[str]]) -> list[str]:
     return [" ".join(case).replace("\n", "\\n")[:60] for case in cases]
 
@@ -190,7 +161,7 @@ CASES = (
 @pytest.mark.timeout(120)  # a FIFO or /dev/zero must never hang: fail, not stall the run
 @pytest.mark.parametrize("args", CASES, ids=_ids(CASES))
 def test_bad_input_is_one_clear_line(files: dict[str, str], args: list[str]) -> None:
-    code, output = run_cli(*_fill(args, files))
+    code, output = run_cli(*fill(args, files))
     assert_clear_error(code, output)
 
 
@@ -215,7 +186,7 @@ def test_the_table_is_big() -> None:
      "--max-retries", "0", "--state-dir", "{tmp}/state", "--node", "dgx-a17", "--", "true"],
 ])
 def test_good_values_at_the_edges_are_still_accepted(files: dict[str, str], args: list[str]) -> None:
-    code, output = run_cli(*_fill(args, files))
+    code, output = run_cli(*fill(args, files))
     assert code == 0, output
 
 
@@ -270,7 +241,7 @@ def test_any_set_item_splits_or_is_one_usage_error(item: str) -> None:
 ], ids=lambda args: " ".join(args)[:40])
 def test_real_process_exits_2_without_a_traceback(files: dict[str, str], args: list[str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
-    done = subprocess.run([sys.executable, "-m", "workflows.cli", *_fill(args, files)],
+    done = subprocess.run([sys.executable, "-m", "workflows.cli", *fill(args, files)],
                           capture_output=True, text=True, timeout=120, env=env,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 2, done.stderr
