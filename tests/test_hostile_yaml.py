@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workflows.errors import UsageError
-from workflows.render import RenderError, render_file
+from workflows.render import render_file
 from workflows.values import ValueOptions, load_values_file
 from wrapper import yamlsafe
 from wrapper.inputfile import MAX_INPUT_BYTES
@@ -131,13 +131,21 @@ def test_merge_keys_may_be_overridden() -> None:
     assert yamlsafe.safe_load(text)["use"] == {"x": 2, "y": 1}
 
 
-def test_duplicate_key_in_default_values_names_the_file_line(tmp_path: Path) -> None:
+def test_duplicate_key_in_default_values_is_refused_by_every_command_but_render(
+    tmp_path: Path,
+) -> None:
+    """OSMO's server renders it (last wins), so `render` must show that text, and warns;
+    validate / lint / submit / run refuse to go on with it."""
     spec = tmp_path / "t.yaml"
-    spec.write_text("# header\ndefault-values:\n  image: a\n  image: b\nworkflow:\n  name: x\n")
-    with pytest.raises(RenderError, match="duplicate key 'image'") as caught:
-        render_file(spec, ValueOptions())
-    assert caught.value.where == f"{spec}:4"
-    assert "first on line 3" in caught.value.message
+    spec.write_text("# header\ndefault-values:\n  image: a\n  image: b\nworkflow:\n"
+                    "  name: x\n  tasks:\n  - name: t\n    image: '{{image}}'\n    command: [sh]\n")
+    rendered = render_file(spec, ValueOptions())
+    assert "image: 'b'" in rendered.text
+    assert rendered.refusals == ((f"{spec}:4", rendered.refusals[0][1]),)
+    assert any("duplicate key 'image'" in note for note in rendered.notes)
+    for command in (["validate"], ["lint"], ["submit", "--dry-run"], ["run", "--dry-run"]):
+        code, output = run_cli(*command, str(spec))
+        assert_one_clear_line(code, output, f"{spec}:4", "duplicate key 'image'", "first on line 3")
 
 
 def test_duplicate_key_in_a_values_file(tmp_path: Path) -> None:

@@ -85,6 +85,10 @@ class Rendered:
     workflow_line: int  # 1-based line of `workflow:` in the source
     values: Mapping[str, Any]
     notes: tuple[str, ...] = field(default=())  # warnings for the user (never errors)
+    # (where, problem) of input OSMO renders but resched refuses to run: duplicate keys
+    # in default-values (OSMO keeps the last). `render` shows OSMO's text and warns;
+    # validate / lint / submit / run refuse (workflows.pipeline).
+    refusals: tuple[tuple[str, str], ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,10 @@ def split_sections(text: str, source: str = "<string>") -> dict[str, Section]:
     return sections
 
 
-def _parse_section(section: Section, source: str) -> Any:
+def _parse_section(section: Section, source: str,
+                   duplicates: list[YamlLoadError] | None = None) -> Any:
     try:
-        parsed = safe_load_yaml(section.text, line_offset=section.line - 1)
+        parsed = safe_load_yaml(section.text, line_offset=section.line - 1, duplicates=duplicates)
     except YamlLoadError as error:
         line = section.line if error.line is None else error.line + 1
         raise RenderError(f"{section.key} is not valid YAML: {error.problem}",
@@ -139,11 +144,12 @@ def _parse_section(section: Section, source: str) -> Any:
     return parsed.get(section.key) if isinstance(parsed, dict) else None
 
 
-def _default_values(sections: Mapping[str, Section], source: str) -> dict[str, Any]:
+def _default_values(sections: Mapping[str, Section], source: str,
+                    duplicates: list[YamlLoadError] | None = None) -> dict[str, Any]:
     section = sections.get("default-values")
     if section is None:
         return {}
-    defaults = _parse_section(section, source)
+    defaults = _parse_section(section, source, duplicates)
     if not defaults:  # OSMO: `if default_values:` -- empty, null and [] mean none
         return {}
     if not isinstance(defaults, dict):
@@ -250,11 +256,15 @@ def render_file(path: Path, options: ValueOptions) -> Rendered:
 def _render(text: str, options: ValueOptions, source: str, path: Path | None) -> Rendered:
     sections = split_sections(text, source)
     _check_version(sections, source)
-    values = resolve_values(_default_values(sections, source), options)
+    duplicates: list[YamlLoadError] = []
+    values = resolve_values(_default_values(sections, source, duplicates), options)
+    refusals = tuple((f"{source}:{d.line + 1}", f"default-values: {d.problem}") for d in duplicates)
     workflow = sections["workflow"]
     try:
         rendered, used_values, notes = _render_section(workflow, values, options, source)
     except render_worker.WorkerStartError as error:
         raise RenderError(str(error), where=source) from error
+    notes += tuple(f"{where}: {problem} (OSMO renders with the last one; validate, lint, "
+                   "submit and run refuse it)" for where, problem in refusals)
     return Rendered(source=path, source_text=text, text=rendered, workflow_line=workflow.line,
-                    values=used_values, notes=notes)
+                    values=used_values, notes=notes, refusals=refusals)

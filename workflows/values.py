@@ -108,13 +108,14 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-def safe_load_yaml(text: str, *, line_offset: int = 0) -> Any:
+def safe_load_yaml(text: str, *, line_offset: int = 0,
+                   duplicates: list[YamlLoadError] | None = None) -> Any:
     """``yaml.safe_load`` with every way it fails as :class:`YamlLoadError`.
 
     The shared loader (:mod:`wrapper.yamlsafe`) also refuses duplicate keys, alias bombs
     and deep nesting, which ``yaml.safe_load`` would accept or crash on.
     """
-    return yamlsafe.safe_load(text, line_offset=line_offset)
+    return yamlsafe.safe_load(text, line_offset=line_offset, duplicates=duplicates)
 
 
 def load_values_file(path: Path) -> dict[str, Any]:

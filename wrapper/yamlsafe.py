@@ -117,8 +117,13 @@ def _yaml_error(error: yaml.YAMLError, line_offset: int) -> YamlLoadError:
     return YamlLoadError(problem, mark.line + line_offset if mark is not None else None)
 
 
-def _check_duplicate_keys(loader: Any, root: yaml.Node, line_offset: int) -> None:
-    """Every mapping's explicit keys are distinct (compared as constructed values)."""
+def _check_duplicate_keys(loader: Any, root: yaml.Node, line_offset: int,
+                          found: list[YamlLoadError] | None) -> None:
+    """Every mapping's explicit keys are distinct (compared as constructed values).
+
+    With ``found``, each duplicate is appended there instead of raised (the last one
+    wins, as in ``yaml.safe_load``): for text whose meaning OSMO fixes.
+    """
     seen_nodes: set[int] = set()
     todo = [root]
     while todo:
@@ -141,14 +146,19 @@ def _check_duplicate_keys(loader: Any, root: yaml.Node, line_offset: int) -> Non
                 except TypeError:
                     continue  # unhashable: the constructor reports it
                 if earlier is not None:
-                    raise YamlLoadError(
+                    duplicate = YamlLoadError(
                         f"duplicate key {key_node.value!r} (first on line {earlier + 1}); "
                         "YAML would silently keep only the last one", line,
                         "keep only one of the two")
+                    if found is None:
+                        raise duplicate
+                    found.append(duplicate)
                 first_line[key] = line
 
 
-def compose_and_construct(text: str, *, line_offset: int = 0) -> tuple[yaml.Node | None, Any]:
+def compose_and_construct(
+    text: str, *, line_offset: int = 0, duplicates: list[YamlLoadError] | None = None
+) -> tuple[yaml.Node | None, Any]:
     """The node tree (for line maps) and the data of one YAML document, checked.
 
     Error lines are 0-based in the file, ``text`` starting ``line_offset`` lines into it.
@@ -159,7 +169,7 @@ def compose_and_construct(text: str, *, line_offset: int = 0) -> tuple[yaml.Node
         node = loader.get_single_node()
         if node is None:
             return None, None
-        _check_duplicate_keys(loader, node, line_offset)
+        _check_duplicate_keys(loader, node, line_offset, duplicates)
         return node, loader.construct_document(node)
     except yaml.YAMLError as error:
         raise _yaml_error(error, line_offset) from None
@@ -174,9 +184,13 @@ def compose_and_construct(text: str, *, line_offset: int = 0) -> tuple[yaml.Node
         loader.dispose()
 
 
-def safe_load(text: str, *, line_offset: int = 0) -> Any:
-    """``yaml.safe_load`` that refuses duplicate keys, alias bombs and deep nesting."""
-    return compose_and_construct(text, line_offset=line_offset)[1]
+def safe_load(text: str, *, line_offset: int = 0,
+              duplicates: list[YamlLoadError] | None = None) -> Any:
+    """``yaml.safe_load`` that refuses duplicate keys, alias bombs and deep nesting.
+
+    ``duplicates``: collect duplicate keys there instead of refusing them.
+    """
+    return compose_and_construct(text, line_offset=line_offset, duplicates=duplicates)[1]
 
 
 __all__ = [
