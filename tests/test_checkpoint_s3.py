@@ -146,3 +146,38 @@ def test_cli_against_s3(s3_server: S3Server, url: str, tmp_path: Path) -> None: 
     restored = cli("restore", url, str(tmp_path / "out"))
     assert restored.returncode == 0, restored.stderr
     assert read_tree(tmp_path / "out") == read_tree(src)
+
+
+def test_a_foreign_prefix_is_refused_untouched_and_a_store_has_an_identity(
+        s3_server: S3Server, url: str, tmp_path: Path) -> None:  # noqa: F811
+    fs = StoreFS(url, retry=RetryPolicy(), storage_options=s3_server.storage_options)
+    foreign = {"notes.txt": b"theirs", blob_key("ab" * 32): b"not a blob of ours"}
+    for key, data in foreign.items():
+        fs.write_bytes(key, data)
+    from wrapper.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="is not a resched checkpoint store"):
+        _store(s3_server, url).publish(_src(tmp_path, 1, {"w": b"1"}))
+    assert {key: fs.read_bytes(key) for key in foreign} == foreign
+    assert set(fs.list_files("")) == set(foreign)  # no lease, no identity, nothing
+    fresh = url + "-fresh"
+    _store(s3_server, fresh).publish(_src(tmp_path, 1, {"w": b"1"}))
+    identity = StoreFS(fresh, retry=RetryPolicy(), storage_options=s3_server.storage_options
+                       ).read_bytes("resched-store.json")
+    assert identity is not None and json.loads(identity)["format"] == "resched-store/1"
+
+
+def test_cli_against_s3_never_prints_credentials(s3_server: S3Server, url: str,  # noqa: F811
+                                                 tmp_path: Path) -> None:
+    from checkpoint_fixtures import ACCESS_KEY, SECRET_KEY
+
+    src = _src(tmp_path, 3, {"w": b"3"})
+    env = {**s3_server.env, "AWS_SECRET_ACCESS_KEY": SECRET_KEY + "-wrong"}
+    runs = [subprocess.run([sys.executable, "-m", "workflows.cli", "checkpoint", *args],
+                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+            for args in (["publish", str(src), url], ["list", url])]
+    assert runs[0].returncode == 1  # the wrong secret is refused by the server
+    for run in runs:
+        text = run.stdout + run.stderr
+        assert SECRET_KEY not in text and ACCESS_KEY not in text, text
+        assert "Traceback" not in text

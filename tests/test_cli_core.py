@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from workflows.backends import get_backend
 from workflows.cli import INTERNAL_ERROR_EXIT, main
 from workflows.cli.common import expand_multi_item_options
-from workflows.cli.submit_cmd import backend_options
+from workflows.backends.options import parse_options
 from workflows.errors import UsageError
 from wrapper.durations import DurationError, parse_duration
 from wrapper.errors import ReschedError
@@ -72,9 +72,11 @@ def test_osmo_style_multi_item_set(args: list[str], expected: list[str]) -> None
 
 
 def test_backend_refuses_an_option_it_does_not_take() -> None:
-    with pytest.raises(UsageError, match="--partition is not an option of the osmo backend"):
-        backend_options({"partition": "gpu", "pool": None}, "osmo", {"pool", "priority"})
-    assert backend_options({"pool": "a100", "chaos": None}, "osmo", {"pool"}) == {"pool": "a100"}
+    osmo = get_backend("osmo").options
+    with pytest.raises(UsageError, match="--partition is not an option of the osmo backend") as caught:
+        parse_options(osmo, {"partition": "gpu", "pool": None}, "osmo")
+    assert "takes --pool, --priority" in str(caught.value)
+    assert parse_options(osmo, {"pool": "a100", "chaos": None}, "osmo") == {"pool": "a100", "priority": None}
 
 
 def test_unknown_backend_lists_the_valid_ones() -> None:

@@ -65,7 +65,6 @@ OPTIONS = [
     # submit
     ["submit", "{ok}", "--backend", "mars"],
     ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--pool", ""],
-    ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--pool", "a b"],
     ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--pool", "--evil"],
     ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--pool", "a\nb"],
     ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--priority", "urgent"],
@@ -74,7 +73,6 @@ OPTIONS = [
     ["submit", "{ok}", "--backend", "osmo", "--dry-run", "--output", "{file}/sub"],
     ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--partition", "x\n#SBATCH --wrap=evil"],
     ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--account", ""],
-    ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--time", "soon"],
     ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--time", ""],
     ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--time", "1:00\nrm -rf ~"],
     ["submit", "{ok}", "--backend", "slurm", "--dry-run", "--time", "-5"],

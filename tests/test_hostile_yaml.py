@@ -209,7 +209,7 @@ def test_inputs_must_be_small_regular_text_files(tmp_path: Path, kind: str, role
     args = {
         "spec": ["render", str(bad)],
         "values": ["render", "-f", str(bad), str(spec)],
-        "rules": ["classify", "--exit-code", "1", "--rules", str(bad)],
+        "rules": ["classify", "--exit-code", "1", "--no-log", "--rules", str(bad)],
     }[role]
     code, output = run_cli(*args)
     assert_clear_error(code, output, str(bad))

@@ -15,6 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
 
 TEMPLATE = REPO / "templates" / "multi-node-torchrun.yaml"
 DEMO_VALUES = REPO / "examples" / "local-demo.yaml"
+# Each @Nckpt fault fires after the previous one was recovered (the chaos driver waits):
+# exit 16's own last save is uploaded before the wrapper sees the exit, and must not
+# bring the SIGTERM onto that recovery (it once did: "detection_s is None").
 ALL_FAULTS = "kill:master@1ckpt,hang:worker_1@2ckpt,exit:master=16@3ckpt,term:master@4ckpt"
 
 
@@ -57,7 +60,7 @@ def test_template_survives_kill_hang_exit16_and_sigterm_with_identical_weights(t
     assert len(chaos.events("inputs_staged", "worker_1")) == 1
     # the report has the numbers and says where the time went
     metrics = report["metrics"]
-    assert metrics["faults"] == 4 and 0 < metrics["ettr"] < 1 and metrics["ettr_bound"] is not None
+    assert metrics["faults"] == 4 and 0 < metrics["ettr"] < 1 and metrics["ettr_model_optimal"] is not None
     assert set(report["time_breakdown"]) >= {"startup", "useful_steps", "detection", "other"}
-    assert "ETTR" in chaos.stdout and "(bound " in chaos.stdout
+    assert "ETTR" in chaos.stdout and "(Young/Daly model " in chaos.stdout and "bound" not in chaos.stdout
     assert not processes_with_env(str(tmp_path / "chaos" / "work"))  # no orphan survives

@@ -11,9 +11,9 @@ import pytest
 from workflows.backends.local.chaos import ChaosError, Fault, parse_chaos
 from workflows.backends.local.plan import LocalOptions, build_plan, substitute_tokens
 from workflows.backends.local.report import fault_metrics, run_metrics, summary_line, young_daly
-from workflows.backends.local.semantics import exit_decision, group_reaction
 from workflows.backends.local.timeline import Timeline, parse_line
 from workflows.errors import SpecError
+from workflows.osmo_runtime import exit_decision, group_reaction
 from workflows.spec_load import parse_workflow
 
 TASKS = ["master", "worker_1"]
@@ -55,7 +55,7 @@ def plan_of(text: str = SPEC, **options: object):
 
 # -- exitActions (section 5) ----------------------------------------------------------
 def test_exit_actions_first_match_then_default() -> None:
-    master = plan_of().groups[0].tasks[0]
+    master = plan_of().groups[0].tasks[0].exit_rules
     assert exit_decision(master, 3, retry_id=0, max_retry_per_task=3).action == "RESCHEDULE"
     assert exit_decision(master, 16, retry_id=0, max_retry_per_task=3).action == "RESCHEDULE"
     assert exit_decision(master, 2, retry_id=0, max_retry_per_task=3).matched == "FAIL"
@@ -65,7 +65,7 @@ def test_exit_actions_first_match_then_default() -> None:
 
 
 def test_reschedule_skipped_at_retry_limit_names_osmo_default() -> None:
-    master = plan_of().groups[0].tasks[0]
+    master = plan_of().groups[0].tasks[0].exit_rules
     assert exit_decision(master, 3, retry_id=2, max_retry_per_task=3).action == "RESCHEDULE"
     limited = exit_decision(master, 3, retry_id=3, max_retry_per_task=3)
     assert limited.action == "FAIL" and "retry limit 3" in limited.note
@@ -113,6 +113,8 @@ def test_plan_substitutes_tokens_everywhere() -> None:
     assert master.checkpoints[0].frequency_s == 60
     eval_task = plan.groups[1].tasks[0]
     assert eval_task.argv == ("cat", "/w/tasks/eval/input/0")
+    uuid_spec = SPEC.replace('command: ["true"]', 'command: ["echo", "{{uuid}}", "{{workflow_id}}"]')
+    assert plan_of(uuid_spec).groups[0].tasks[1].argv == ("echo", "run-1-worker_1", "run-1")
     assert plan.groups[1].depends_on == ("train",)
     assert plan.exec_timeout_s == 90
     assert any("nvcr.io/x" in note for note in plan.not_emulated)
@@ -198,15 +200,22 @@ def test_bad_chaos_spec_names_the_bad_item(spec: str, named: str) -> None:
 
 
 # -- timeline, metrics and the Young/Daly bound ---------------------------------------
-def test_young_daly_matches_the_llama3_example() -> None:
+def test_young_daly_model_matches_the_llama3_example() -> None:
     mtbf = 2.78 * 3600
-    numbers = young_daly(5.0, wall_s=mtbf, faults=1, detect=0.0, resume=0.0)
+    numbers = young_daly(5.0, wall_s=mtbf, faults=1, detect=0.0, resume=0.0, interval_s=600.0)
     assert numbers["tau_opt_s"] == pytest.approx(math.sqrt(2 * 5 * mtbf), rel=1e-3)
     assert numbers["tau_opt_s"] / 60 == pytest.approx(5.3, abs=0.1)
-    assert 1 - numbers["ettr_bound"] == pytest.approx(0.032, abs=0.001)
+    assert 1 - numbers["ettr_model_optimal"] == pytest.approx(0.032, abs=0.001)
+    assert numbers["model_in_range"] is True  # M = 10008 s >= 10 x (600 s + 0 + 0)
+    # every 10 min instead of 5.3: 5/600 + 600/(2 M) = 0.0083 + 0.030
+    assert 1 - numbers["ettr_model_used"] == pytest.approx(5 / 600 + 600 / (2 * mtbf), abs=1e-4)
     with_restart = young_daly(5.0, wall_s=mtbf, faults=1, detect=300.0, resume=300.0)
-    assert with_restart["ettr_bound"] == pytest.approx(0.908, abs=0.002)
-    assert young_daly(5.0, wall_s=100.0, faults=0, detect=None, resume=None)["ettr_bound"] is None
+    assert with_restart["ettr_model_optimal"] == pytest.approx(0.908, abs=0.002)
+    assert with_restart["ettr_model_used"] is None  # no interval measured: no claim
+    # start-up is outside the model: the prediction is scaled by the share after it
+    started_late = young_daly(5.0, wall_s=mtbf, faults=1, detect=0.0, resume=0.0, startup_s=mtbf / 10)
+    assert started_late["ettr_model_optimal"] == pytest.approx(numbers["ettr_model_optimal"] * 0.9, abs=1e-4)
+    assert young_daly(5.0, wall_s=100.0, faults=0, detect=None, resume=None)["ettr_model_optimal"] is None
 
 
 def _timeline(lines: list[tuple[float, str, str]]) -> Timeline:
@@ -249,6 +258,18 @@ def test_fault_metrics_follow_one_fault_through_recovery() -> None:
     assert metrics["step_s"] == 1.0 and metrics["steps"] == 11
     assert metrics["ettr"] == pytest.approx(11 / 16.5, abs=1e-3)
     assert metrics["checkpoint_cost_s"] == 0.5 and metrics["faults"] == 1
-    assert metrics["ettr_bound"] == pytest.approx(1 - (math.sqrt(2 * 0.5 / 16.5) + 3.5 / 16.5), abs=1e-3)
+    # start-up: run start -> first step minus that step's compute = 0 s
+    assert metrics["startup_s"] == 0.0
+    assert metrics["ettr_model_optimal"] == pytest.approx(
+        1 - (math.sqrt(2 * 0.5 / 16.5) + 3.5 / 16.5), abs=1e-3)
     line = summary_line("COMPLETED", metrics)
-    assert line.startswith("COMPLETED in 16s: 1 fault, detection 0.2 s, resume 3.3 s, ETTR 0.67 (bound ")
+    assert line.startswith("COMPLETED in 16s: 1 fault, detection 0.2 s, resume 3.3 s, ETTR 0.67 "
+                           "(Young/Daly model ")
+    assert "bound" not in line
+
+
+def test_a_host_token_must_name_a_task_of_the_workflow() -> None:
+    with pytest.raises(SpecError, match=r"\{\{host:nobody\}\} names no task of this workflow"):
+        plan_of(SPEC.replace("{{host:worker_1}}", "{{host:nobody}}"))
+    # another group's task is fine locally (every task is on 127.0.0.1); names compare loosely
+    assert "127.0.0.1" in plan_of(SPEC.replace("{{host:worker_1}}", "{{host:EVAL}}")).groups[0].tasks[0].argv[2]

@@ -62,9 +62,9 @@ def test_argv_with_pool_and_priority(tutorial_job: FakeJob) -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    ({"priority": "urgent"}, "not an OSMO priority"),
+    ({"priority": "urgent"}, r"--priority 'urgent' is not valid for the osmo backend \(fix: use one of: HIGH, NORMAL, LOW\)"),
     ({"pool": " "}, "--pool is empty"),
-    ({"nodes": 3}, "the osmo backend has no option nodes"),
+    ({"nodes": 3}, "--nodes is not an option of the osmo backend"),
 ])
 def test_bad_options_are_usage_errors(tutorial_job: FakeJob, options: dict[str, Any],
                                       message: str) -> None:

@@ -254,7 +254,7 @@ def test_stop_signal_lets_a_cooperative_child_finish_within_grace(tmp_path: Path
         f"open({str(tmp_path / 'ready')!r}, 'w').write('ready')\n"
         "time.sleep(600)\n"
     )
-    relay = SignalRelay()
+    relay = SignalRelay(signal.SIGUSR1)  # a Lightning training: --stop-signal USR1
     relay.install()
     try:
         def stop_once_ready() -> None:

@@ -29,12 +29,35 @@ def test_parse_hang_timeout_forms() -> None:
 
 
 def test_fixed_timeout_counts_from_the_last_progress() -> None:
-    detector = HangDetector(HangSettings(fixed_s=10.0), started_at=100.0)
+    detector = HangDetector(HangSettings(fixed_s=10.0, startup_s=10.0), started_at=100.0)
     assert not detector.expired(110.0)
     assert detector.expired(110.5)
     detector.observe_output(109.0)
     assert not detector.expired(118.0)
     assert detector.expired(119.5)
+
+
+def test_fixed_timeout_gives_a_quiet_start_up_its_allowance() -> None:
+    # A tight step timeout (3 s) killed quiet start-ups of 4-9 s: before the first
+    # progress the start-up allowance applies, then the fixed timeout.
+    detector = HangDetector(parse_hang_timeout("3,startup=60"), started_at=0.0)
+    assert detector.timeout_s() == 60.0 and not detector.expired(9.0)
+    assert detector.expired(60.5)
+    detector.observe_heartbeat(20.0)
+    assert detector.timeout_s() == 3.0
+    assert not detector.expired(22.9) and detector.expired(23.5)
+    default = HangDetector(parse_hang_timeout("3"), started_at=0.0)
+    assert default.timeout_s() == HangSettings().initial_timeout_s  # auto's initial timeout
+    assert not default.expired(600.0)
+    # the allowance never undercuts the fixed timeout itself
+    assert HangDetector(parse_hang_timeout("2h,startup=1m"), started_at=0).timeout_s() == 7200.0
+
+
+@pytest.mark.parametrize("bad", ["3,startup=", "3,startup=-1", "3,startup=soon", "3,later=5",
+                                 "-3", "nan", "inf"])
+def test_bad_fixed_timeouts_are_one_clear_error(bad: str) -> None:
+    with pytest.raises(HangTimeoutError, match="--hang-timeout"):
+        parse_hang_timeout(bad)
 
 
 def test_output_stops_counting_once_heartbeats_are_seen() -> None:

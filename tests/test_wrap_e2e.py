@@ -173,6 +173,22 @@ def test_hang_is_killed_classified_and_retried(tmp_path: Path) -> None:
     assert '"kind": "hang"' in result.stderr
 
 
+def test_quiet_start_up_gets_its_allowance_then_the_step_timeout_applies(tmp_path: Path) -> None:
+    # silent for 2 s before the first step (imports, rendezvous), under a 1 s step timeout
+    marker = tmp_path / "hung-once"
+    script = write_script(tmp_path / "train.sh", (
+        "#!/bin/bash\nsleep 2\necho 'step 1'\n"
+        f"if [ ! -e {marker} ]; then touch {marker}; sleep 600; fi\necho done\n"
+    ))
+    result = run_wrap(tmp_path / "state", ["--hang-timeout", "1,startup=60", "--grace", "1"],
+                      [str(script)])
+    assert result.returncode == 0, result.stderr
+    first, second = records(tmp_path / "state")
+    # the start-up was not a hang; the stop after step 1 was, and was retried at once
+    assert (first["hung"], first["decision"], first["backoff_s"]) == (True, "retry", 0.0)
+    assert second["decision"] == "complete"
+
+
 def test_exit_zero_without_the_finished_flag_is_not_complete(tmp_path: Path) -> None:
     flag = tmp_path / "FINISHED"
     result = run_wrap(tmp_path / "state", ["--expect-finished-flag", str(flag)], ["true"])

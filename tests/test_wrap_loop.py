@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.supervise_fixtures import child_env, wait_for_file
+from wrapper.outcome import OutcomeRecord
 from wrapper.wrap import INTERNAL_ERROR_EXIT, WrapConfig, WrapConfigError, run_wrap
 
 
@@ -83,8 +84,8 @@ class ScriptedJudge:
     def decide(self, diagnosis: FakeDiagnosis, history: FakeHistory, **_: Any) -> FakeDecision:
         return FakeDecision(action=self.actions.pop(0))
 
-    def record(self, outcome: Mapping[str, Any]) -> FakeHistory:
-        self.history = FakeHistory(attempts=(*self.history.attempts, dict(outcome)))
+    def record(self, outcome: OutcomeRecord) -> FakeHistory:
+        self.history = FakeHistory(attempts=(*self.history.attempts, outcome.to_dict()))
         return self.history
 
 

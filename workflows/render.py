@@ -45,6 +45,7 @@ from typing import Any
 
 from workflows import render_worker
 from workflows.errors import RenderError
+from workflows.osmo_runtime import TOKEN
 from workflows.values import (
     ValueOptions,
     YamlLoadError,
@@ -70,7 +71,7 @@ __all__ = [
 SECTION_RE = re.compile(
     r"^([a-zA-Z][a-zA-Z0-9_-]*):(.*?)(?=^[a-zA-Z][a-zA-Z0-9_-]*:|\Z)", re.DOTALL | re.MULTILINE
 )
-TOKEN_RE = re.compile(r"{{(uuid|workflow_id|output|input:[^}]+|host:[^}]+)}}")
+TOKEN_RE = TOKEN  # the one definition of OSMO's runtime tokens (workflows.osmo_runtime)
 ALLOWED_SECTIONS = ("workflow", "default-values", "version")
 _UNDEFINED_NAME_RE = re.compile(r"^'([^']+)' is undefined$")
 

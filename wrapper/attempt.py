@@ -12,10 +12,12 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from wrapper.config import ATTEMPT_ENV, HEARTBEAT_FILE_ENV, NODE_ENV, STATE_DIR_ENV, WrapConfig
+from wrapper.decision import Decision
+from wrapper.ft_state import restore_ft_state, save_ft_state
 from wrapper.hang import HangSettings
-from wrapper.heartbeat import HEARTBEAT_ENV
 from wrapper.judge import Judge
 from wrapper.launchers import (
     IN_JOB_RESTART,
@@ -24,6 +26,8 @@ from wrapper.launchers import (
     launcher_env,
     tracker_file,
 )
+from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
+from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -34,10 +38,8 @@ from wrapper.outcome import (
     say,
     write_json_atomic,
 )
+from wrapper.stop_outcome import StepTracker, judge_stop
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
-
-if TYPE_CHECKING:
-    from wrapper.wrap import WrapConfig
 
 
 class AttemptRunner:
@@ -53,21 +55,25 @@ class AttemptRunner:
         self.launcher = detect_launcher(config.command)
         self.tracker_file = tracker_file(config.command)
 
-    def run_one(self, history: Any, retries_used: int) -> tuple[dict[str, Any], Any]:
+    def run_one(self, history: Any, retries_used: int) -> tuple[OutcomeRecord, Any]:
         """Run attempt number ``len(history.attempts) + 1``; return (record, new history)."""
         config = self.config
         attempt = len(history.attempts) + 1
         artifacts = attempt_artifacts_dir(config.state_dir, attempt, config.node)
         artifacts.mkdir(parents=True, exist_ok=True)
         step_before = self._checkpoint_step()
+        if config.ft_state is not None and (line := restore_ft_state(config.ft_state,
+                                                                      config.state_dir)):
+            say(line)
         hang = self._hang_settings(history)
         emit_event("attempt_started", {
             "attempt": attempt, "node": config.node, "allocation": config.allocation,
             "checkpoint_step": step_before, "command": list(config.command),
         })
-        feed = _ScanFeed(self.judge.new_scanner())
+        env = self._attempt_env(attempt, artifacts)  # a fresh heartbeat file first
+        feed = _ScanFeed(self.judge.new_scanner(), self.heartbeat_file)
         supervisor = Supervisor(
-            config.command, env=self._attempt_env(attempt, artifacts),
+            config.command, env=env,
             options=SuperviseOptions(grace_s=config.grace_s, hang_grace_s=config.hang_grace_s,
                                      hang=hang,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
@@ -77,11 +83,21 @@ class AttemptRunner:
                 "timeout_s": timeout}),
         )
         run = supervisor.run()
+        feed.heartbeat_file = None  # the attempt is over: no more touches
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
         evidence = self._evidence(run, artifacts, feed.scanner)
+        if evidence["exit_code"] == 0 and feed.nvrx.launcher_unhealthy:
+            # ft_launcher exited 0 although its result was UNHEALTHY (a rank was killed):
+            # classify it as the failure it is, never as a completed training.
+            say("note: the launcher exited 0 but reported its workers UNHEALTHY: a failure")
+            evidence = {**evidence, "exit_code": 1}
         diagnosis = self.judge.classify(evidence)
+        diagnosis, nvrx = apply_nvrx(diagnosis, feed.nvrx, evidence,
+                                     feed.nvrx.straggler_report(artifacts / "straggler.json"))
         step_after = self._checkpoint_step()
+        ft_timeouts = (save_ft_state(config.ft_state, config.state_dir)
+                       if config.ft_state is not None else None)
         decision = self.judge.decide(
             diagnosis, history, node=config.node, allocation=config.allocation,
             step=step_after, retries_used_in_allocation=retries_used + feed.in_job_restarts)
@@ -91,15 +107,16 @@ class AttemptRunner:
             steps=(step_before, step_after), restarts=feed.in_job_restarts, artifacts=artifacts,
             hang_timeout=detector.timeout_s() if detector else None,
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
-            evidence=evidence,
+            evidence=evidence, last_step=feed.steps.last_step, nvrx=nvrx,
+            ft_timeouts=ft_timeouts,
         )
-        data = record.to_dict()
-        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node), data)
-        history = self.judge.record(data)
-        self._announce(record, rule_decision=str(diagnosis.decision))
-        return data, history
+        write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
+                          record.to_dict())
+        history = self.judge.record(record)
+        self._announce(record, rule_decision=Decision.parse(diagnosis.decision))
+        return record, history
 
-    def _announce(self, record: OutcomeRecord, *, rule_decision: str) -> None:
+    def _announce(self, record: OutcomeRecord, *, rule_decision: Decision) -> None:
         """The two human lines and the timeline event of a decision."""
         say(describe_ending(record))
         say(describe_decision(record, rule_decision=rule_decision,
@@ -115,9 +132,11 @@ class AttemptRunner:
     def _checkpoint_step(self) -> int | None:
         if self.config.checkpoint_dir is None:
             return None
-        from wrapper.checkpoint.marker import read_marker
+        # The marker's step, else the one the framework's own files name (Megatron's
+        # tracker, HF's checkpoint-N, Lightning's step=N...): progress for real trainings.
+        from wrapper.checkpoint.snapshot import checkpoint_step
 
-        return read_marker(self.config.checkpoint_dir)
+        return checkpoint_step(self.config.checkpoint_dir)
 
     def _hang_settings(self, history: Any) -> HangSettings:
         hang = self.config.hang
@@ -131,10 +150,14 @@ class AttemptRunner:
         self.heartbeat_file.parent.mkdir(parents=True, exist_ok=True)
         self.heartbeat_file.write_bytes(b"")
         env = launcher_env(self.environ, self.launcher, artifacts)
-        env[HEARTBEAT_ENV] = str(self.heartbeat_file)
-        env["RESCHED_ATTEMPT"] = str(attempt)
-        env["RESCHED_NODE"] = self.config.node
-        env["RESCHED_STATE_DIR"] = str(self.config.state_dir)
+        env[HEARTBEAT_FILE_ENV] = str(self.heartbeat_file)
+        env[ATTEMPT_ENV] = str(attempt)
+        env[NODE_ENV] = self.config.node
+        env[STATE_DIR_ENV] = str(self.config.state_dir)
+        env[STRAGGLER_REPORT_ENV] = str((artifacts / "straggler.json").absolute())
+        flag = self.config.expect_finished_flag
+        if flag is not None:  # NVRx / NeMo write their finished flag where this names
+            env.setdefault("FAULT_TOL_FINISHED_FLAG_FILE", str(flag.absolute()))
         return env
 
     def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
@@ -198,36 +221,55 @@ class AttemptRunner:
     def _record(self, *, attempt: int, run: SupervisedRun, diagnosis: Any, decision: Any,
                 steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
                 hang_timeout: float | None, calibrated: float | None,
-                evidence: Mapping[str, Any]) -> OutcomeRecord:
-        action, reason = str(decision.action), str(decision.reason)
-        if action == "retry" and run.stop_signal is not None:
+                evidence: Mapping[str, Any], last_step: int | None = None,
+                nvrx: NvrxFindings | None = None,
+                ft_timeouts: Mapping[str, Any] | None = None) -> OutcomeRecord:
+        action, reason = Decision.parse(decision.action), str(decision.reason)
+        if action is Decision.RETRY and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
             # in place; leave so the orchestrator can run the task again elsewhere.
-            action = "reschedule"
+            action = Decision.RESCHEDULE
             reason = f"{reason}; wrapper got {run.stop_signal}, so no retry in place"
-        if run.launch_error and action != "abort":
-            action, reason = "abort", f"{run.launch_error}: a user error, retrying cannot help"
+        if run.launch_error and action is not Decision.ABORT:
+            action = Decision.ABORT
+            reason = f"{run.launch_error}: a user error, retrying cannot help"
+        category, stop_extra = diagnosis.category, {}
+        if run.stop_signal is not None:
+            verdict = judge_stop(step_before=steps[0], step_after=steps[1],
+                                 last_step=last_step,
+                                 checkpoint_known=self.config.checkpoint_dir is not None)
+            stop_extra = {"stop_saved": verdict.saved, "steps_lost": verdict.steps_lost,
+                          "stop_summary": verdict.summary}
+            if verdict.saved is False and action is not Decision.ABORT:
+                # Never a clean preemption: the work since the last checkpoint is gone.
+                category = "stopped-unsaved"
+                reason = f"{verdict.summary}; {reason}"
+                say(f"warning: {verdict.summary}: the training did not save on "
+                    f"{self.config.stop_signal_name} (see --stop-signal)")
         return OutcomeRecord(
             attempt=attempt, allocation=self.config.allocation, node=self.config.node,
             started_at=run.started_at, ended_at=run.ended_at, wall_s=run.wall_s,
             exit_code=run.exit_code, signal=run.signal,
             rank_exit_codes={str(k): int(v) for k, v in dict(diagnosis.rank_exit_codes).items()},
             root_cause_rank=diagnosis.root_cause_rank, rule=diagnosis.rule_id,
-            category=diagnosis.category,
+            category=category,
             evidence=tuple(_evidence_line(line) for line in diagnosis.evidence),
             hint=diagnosis.hint, decision=action, reason=reason,
-            exclude_node=bool(decision.exclude_node),
+            exclude_node=bool(decision.exclude_node) or (
+                nvrx is not None and self.config.node in nvrx.exclude_nodes),
             counts_as_failure=bool(diagnosis.counts_as_failure),
             retries_left=int(decision.retries_left),
             reschedules_left=int(decision.reschedules_left),
-            backoff_s=float(decision.backoff_s) if action == "retry" else 0.0,
+            backoff_s=float(decision.backoff_s) if action is Decision.RETRY else 0.0,
             checkpoint_step_before=steps[0], checkpoint_step_after=steps[1], hung=run.hung,
             stop_signal=run.stop_signal, launcher=self.launcher, in_job_restarts=restarts,
             launch_error=run.launch_error, hang_timeout_s=hang_timeout,
             calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
             artifacts_dir=str(artifacts),
             extra={"leftover_processes_killed": run.leftover_processes_killed,
-                   "unscanned_lines": run.unscanned_lines,
+                   "unscanned_lines": run.unscanned_lines, **stop_extra,
+                   **(nvrx.record_fields() if nvrx is not None else {}),
+                   **({"nvrx_timeouts": dict(ft_timeouts)} if ft_timeouts else {}),
                    "explain_command": self._explain_command(run, artifacts, evidence)},
         )
 
@@ -235,9 +277,17 @@ class AttemptRunner:
 class _ScanFeed:
     """Feeds blocks of lines to the scanner and counts the launcher's in-job restarts."""
 
-    def __init__(self, scanner: Any) -> None:
+    def __init__(self, scanner: Any, heartbeat_file: Path | None = None) -> None:
         self.scanner = scanner
+        self.nvrx = NvrxWatch()  # in-process restarts, straggler reports
+        # An in-process restart (barriers, re-initialising the process group) beats no
+        # heartbeat; touching the file the training touches keeps the hang detector from
+        # killing a restart that is under way. Only done when the training uses heartbeats
+        # (else its output lines, these included, are the progress already).
+        self.heartbeat_file = heartbeat_file
+        self._heartbeat_mtime = _mtime(heartbeat_file)
         self.in_job_restarts = 0  # part of this attempt, not attempts of their own
+        self.steps = StepTracker()  # how far the training got, for "N steps lost"
         self._feed_text = getattr(scanner, "feed_text", None)  # same result, prefilter in C
 
     def __call__(self, text: str, stream: str) -> None:
@@ -246,8 +296,19 @@ class _ScanFeed:
         else:
             for line in text.split("\n")[:-1]:  # every line ends with a newline
                 self.scanner.feed(line, stream)
+        self.steps.feed(text)
+        if self.nvrx.feed(text) and self.heartbeat_file is not None:
+            if _mtime(self.heartbeat_file) != self._heartbeat_mtime:
+                self.heartbeat_file.touch()
         if "attempts left" in text:
             self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
+
+
+def _mtime(path: Path | None) -> int | None:
+    try:
+        return None if path is None else path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _evidence_line(line: Any) -> dict[str, Any]:

@@ -16,6 +16,13 @@ because that attempt may not yet have seen its slowest step. Output lines never
 calibrate (their spacing says nothing about step time), so without heartbeats ``auto``
 keeps the generous timeouts.
 
+Both modes have two phases. Until the attempt's first progress (start-up: launcher,
+``import torch``, rendezvous, checkpoint load) the start-up allowance applies; after it,
+the steady-state timeout. A fixed ``--hang-timeout 90`` is the steady-state timeout; its
+start-up allowance is ``startup=`` (default: auto's initial timeout, never below the
+fixed value): a quiet start-up longer than a tight step timeout is not a hang. Every
+attempt, in-place retries included, starts in the start-up phase.
+
 All time comes from the caller (``now`` arguments), so tests drive it without waiting.
 """
 
@@ -64,6 +71,14 @@ class HangSettings:
     warmup_intervals: int = 3
     min_calibrated_s: float = 30.0
     calibrated_s: float | None = None  # carried from the history (an earlier attempt)
+    startup_s: float | None = None  # fixed mode: allowance before the first progress
+
+    def startup_allowance_s(self) -> float:
+        """How long an attempt may stay silent before its first progress."""
+        if self.fixed_s is not None:
+            allowance = self.startup_s if self.startup_s is not None else self.initial_timeout_s
+            return max(self.fixed_s, allowance)
+        return self.initial_timeout_s
 
     @property
     def enabled(self) -> bool:
@@ -79,7 +94,8 @@ _AUTO_KEYS = {
 def parse_hang_timeout(value: str | None, *, where: str = "--hang-timeout") -> HangSettings:
     """``None``/``""``/``off``/``0`` -> off, a duration -> fixed, ``auto`` -> calibrated.
 
-    ``auto`` takes optional settings: ``auto,initial=20m,later=5m,factor=5,min=30s,warmup=3``.
+    ``auto`` takes optional settings: ``auto,initial=20m,later=5m,factor=5,min=30s,warmup=3``;
+    a fixed timeout takes a start-up allowance: ``90,startup=10m``.
     """
     if value is None:
         return HangSettings()
@@ -88,16 +104,31 @@ def parse_hang_timeout(value: str | None, *, where: str = "--hang-timeout") -> H
         return HangSettings()
     if text == "auto" or text.startswith("auto,"):
         return _parse_auto(text.split(",")[1:], value, where)
+    head, *items = [part.strip() for part in text.split(",")]
+    seconds = _fixed_duration(head, value, where)
+    startup: float | None = None
+    for item in items:
+        key, _, raw = item.partition("=")
+        if key != "startup" or not raw:
+            raise HangTimeoutError(f"{value!r}: unknown setting {item!r}", where=where,
+                                   fix="a fixed timeout takes only startup=DURATION, e.g. 90,startup=10m")
+        startup = _fixed_duration(raw, value, where)
+    return HangSettings(fixed_s=seconds, startup_s=startup)
+
+
+def _fixed_duration(raw: str, value: str, where: str) -> float:
     try:
-        seconds = parse_duration(text, where=where)
+        seconds = parse_duration(raw, where=where)
     except ReschedError as error:
         raise HangTimeoutError(
             f"{value!r} is not a hang timeout",
             where=where,
-            fix="give seconds (600), a duration (10m) or 'auto'",
+            fix="give seconds (600), a duration (10m), 'auto', or add ,startup=DURATION",
         ) from error
-    # `0s` is `0` written with a unit: off, never "hung after no time at all".
-    return HangSettings(fixed_s=seconds) if seconds > 0 else HangSettings()
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise HangTimeoutError(f"{value!r} is not a hang timeout", where=where,
+                               fix="give a positive duration, e.g. 90 or 10m (off: 'off')")
+    return seconds
 
 
 class HangDetector:
@@ -133,12 +164,12 @@ class HangDetector:
     def timeout_s(self) -> float | None:
         """The timeout in force now, or None when detection is off."""
         settings = self.settings
-        if settings.fixed_s is not None:
-            return settings.fixed_s
-        if not settings.auto:
+        if not settings.enabled:
             return None
         if not self._progress_seen:
-            return settings.initial_timeout_s
+            return settings.startup_allowance_s()
+        if settings.fixed_s is not None:
+            return settings.fixed_s
         carried = self._carried()
         if carried is not None and self._heartbeat_seen:
             return carried

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wrapper.decision import Decision
 from wrapper.errors import ReschedError
 
 HISTORY_FILE = "history.json"
@@ -62,6 +63,11 @@ class History:
             "calibrated_hang_timeout": self.calibrated_hang_timeout,
         }
 
+    @property
+    def past(self) -> tuple[PastAttempt, ...]:
+        """The attempts as typed records, oldest first."""
+        return tuple(PastAttempt.from_record(a) for a in self.attempts)
+
 
 def is_failure(outcome: Mapping[str, Any]) -> bool:
     """Whether an attempt record spent failure budget (preemption / completion do not)."""
@@ -81,12 +87,55 @@ def attempt_step(outcome: Mapping[str, Any]) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class PastAttempt:
+    """The part of a recorded attempt the policy reads, typed once at the JSON boundary.
+
+    History files are JSON written by this and earlier versions (or by hand, in
+    tests and ``resched classify --history``), so every field is optional: a missing
+    or malformed value reads as unknown instead of failing.
+    """
+
+    rule: str | None
+    node: str | None
+    allocation: str | None
+    decision: Decision | None
+    step: int | None
+    failure: bool
+    exit_codes: frozenset[int] = frozenset()  # the attempt's and its ranks' exit codes
+    exclude_node: bool = False  # the policy moved the job off this attempt's node
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PastAttempt:
+        def text(key: str) -> str | None:
+            value = record.get(key)
+            return None if value is None else str(value)
+
+        try:
+            decision: Decision | None = Decision.parse(record.get("decision"))
+        except ValueError:
+            decision = None
+        codes = [record.get("exit_code")]
+        ranks = record.get("rank_exit_codes")
+        if isinstance(ranks, Mapping):
+            codes.extend(ranks.values())
+        return cls(rule=text("rule"), node=text("node"), allocation=text("allocation"),
+                   decision=decision, step=attempt_step(record), failure=is_failure(record),
+                   exit_codes=frozenset(c for c in codes if type(c) is int),
+                   exclude_node=record.get("exclude_node") is True)
+
+
 class HistoryCorrupted(ValueError):
     pass
 
 
 class HistoryError(ReschedError):
     """The state directory cannot hold the history (not writable, not a directory)."""
+
+
+def parse_history(data: Any) -> History:
+    """A History from the JSON of a history file; HistoryCorrupted names what is wrong."""
+    return _parse(data)
 
 
 def _parse(data: Any) -> History:
@@ -124,6 +173,12 @@ def _hang_timeout(value: Any) -> float | None:
 
 def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split())[:200] or type(error).__name__
+
+
+def with_outcome(history: History, outcome: Mapping[str, Any]) -> History:
+    """The history after one more attempt: what ``HistoryStore.record`` writes, in memory
+    (the failure simulator replays thousands of attempts through it)."""
+    return _with_outcome(history, outcome)
 
 
 def _with_outcome(history: History, outcome: Mapping[str, Any]) -> History:

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from wrapper.outcome import OutcomeRecord
+
+from wrapper.backoff import Backoff
 
 
 class Scanner(Protocol):
@@ -33,7 +38,7 @@ class Judge(Protocol):
         step: int | None, retries_used_in_allocation: int,
     ) -> Any: ...
 
-    def record(self, outcome: Mapping[str, Any]) -> Any: ...
+    def record(self, outcome: OutcomeRecord) -> Any: ...
 
 
 class RuleJudge:
@@ -41,7 +46,7 @@ class RuleJudge:
 
     def __init__(
         self, *, rule_files: Sequence[Path], state_dir: Path, max_retries: int,
-        max_reschedules: int, reset_on_progress: bool,
+        max_reschedules: int, reset_on_progress: bool, backoff: Backoff | None = None,
     ) -> None:
         # Imported here so that `wrapper.wrap` stays importable on its own.
         from wrapper.classify import Evidence, LineScanner, classify
@@ -57,7 +62,7 @@ class RuleJudge:
         self.store = HistoryStore(state_dir)
         self.budgets = Budgets(
             max_retries=max_retries, max_reschedules=max_reschedules,
-            reset_on_progress=reset_on_progress,
+            reset_on_progress=reset_on_progress, backoff=backoff or Backoff(),
         )
 
     def new_scanner(self) -> Scanner:
@@ -78,5 +83,6 @@ class RuleJudge:
             step=step, retries_used_in_allocation=retries_used_in_allocation,
         )
 
-    def record(self, outcome: Mapping[str, Any]) -> Any:
-        return self.store.record(outcome)
+    def record(self, outcome: OutcomeRecord) -> Any:
+        # the history file is JSON: the typed record becomes a dict only here
+        return self.store.record(outcome.to_dict())

@@ -19,7 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-OUTCOME_FILE_ENV = "RESCHED_OUTCOME_FILE"
+from wrapper.config import OUTCOME_FILE_ENV
+from wrapper.decision import Decision
+from wrapper.redact import redact, redact_data
+
+__all__ = ["OUTCOME_FILE_ENV", "OutcomeRecord", "describe_decision", "describe_ending"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class OutcomeRecord:
     category: str
     evidence: tuple[Mapping[str, Any], ...]
     hint: str
-    decision: str
+    decision: Decision
     reason: str
     exclude_node: bool
     counts_as_failure: bool
@@ -66,6 +70,7 @@ class OutcomeRecord:
         data["evidence"] = [dict(line) for line in self.evidence]
         data["rank_exit_codes"] = {str(k): v for k, v in self.rank_exit_codes.items()}
         data["command"] = list(self.command)
+        data["decision"] = str(self.decision)  # the plain word in JSON
         data.update(extra)
         return data
 
@@ -75,8 +80,11 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # Round-trip through JSON first so that every string (str() of odd values too)
+        # passes the credential filter before it reaches the disk.
+        clean = redact_data(json.loads(json.dumps(data, default=str)))
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            json.dump(data, tmp, indent=2, sort_keys=True, default=str)
+            json.dump(clean, tmp, indent=2, sort_keys=True, default=str)
             tmp.write("\n")
             tmp.flush()
             os.fsync(tmp.fileno())
@@ -150,7 +158,7 @@ def describe_ending(record: OutcomeRecord) -> str:
 
 
 def describe_decision(
-    record: OutcomeRecord, *, rule_decision: str, max_retries: int, max_reschedules: int
+    record: OutcomeRecord, *, rule_decision: Decision, max_retries: int, max_reschedules: int
 ) -> str:
     """``rule X: hint -> reschedule; node N marked for exclusion; reschedules left 1/2``.
 
@@ -161,11 +169,11 @@ def describe_decision(
     if record.hint:
         text += f": {_first_sentence(record.hint)}"
     text += f" -> {record.decision}"
-    if record.decision == "retry":
+    if record.decision is Decision.RETRY:
         text += f" in {record.backoff_s:g} s; retries left {record.retries_left}/{max_retries}"
     if record.exclude_node:
         text += f"; node {record.node} marked for exclusion"
-    if record.decision == "reschedule":
+    if record.decision is Decision.RESCHEDULE:
         if record.counts_as_failure:
             text += f"; reschedules left {record.reschedules_left}/{max_reschedules}"
         else:
@@ -183,7 +191,7 @@ def _first_sentence(text: str) -> str:
 def say(line: str, stream: TextIO | None = None) -> None:
     """One ``resched: ...`` line on stderr, flushed (it interleaves with the command's)."""
     out = stream or sys.stderr
-    out.write(f"resched: {line}\n")
+    out.write(f"resched: {redact(line)}\n")
     out.flush()
 
 

@@ -13,7 +13,13 @@ The order of questions (each answered from data only, no clock, no I/O):
    or anywhere) the decision becomes X.
 6. retry while in-place retries last in this allocation (exponential backoff), then
    reschedule.
-7. reschedule while the failure-reschedule budget lasts, then abort.
+7. reschedule while the failure-reschedule budget lasts, then abort. A reschedule that
+   moves the job off a node the policy blames (excluded: a hardware rule, exit 16, a
+   node that failed twice) is infrastructure recovery, not the job failing: it spends
+   no failure budget (SkyPilot's two axes), up to ``max_node_replacements`` without
+   checkpoint progress, beyond which the fault follows the job, not its nodes. At scale
+   this matters: 16K GPUs see independent hardware faults on different nodes within
+   one checkpoint interval, which a shared budget of 2 turned into an abort.
 
 Budgets count failures since the checkpoint last advanced (``reset_on_progress``), so
 a long run that keeps making progress is never aborted for a few scattered faults.
@@ -23,28 +29,36 @@ the task twice marks the node for exclusion.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from wrapper.backoff import Backoff
 from wrapper.classify import Diagnosis
-from wrapper.history import History, attempt_step, is_failure
+from wrapper.config import (
+    DEFAULT_MAX_NODE_REPLACEMENTS,
+    DEFAULT_MAX_RESCHEDULES,
+    DEFAULT_MAX_RETRIES,
+)
+from wrapper.decision import Decision
+from wrapper.history import History, PastAttempt
 
 NODE_FAILURES_TO_EXCLUDE = 2
 
 
 @dataclass(frozen=True)
 class Budgets:
-    max_retries: int = 3
-    max_reschedules: int = 2
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_reschedules: int = DEFAULT_MAX_RESCHEDULES
     reset_on_progress: bool = True
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
+    max_node_replacements: int = DEFAULT_MAX_NODE_REPLACEMENTS
+    backoff: Backoff = field(default_factory=Backoff)  # first in-place retry: no wait
 
 
 @dataclass(frozen=True)
-class Decision:
-    action: str
+class PolicyDecision:
+    """What to do after one attempt, why, and what is left of the budgets."""
+
+    action: Decision
     reason: str
     backoff_s: float
     exclude_node: bool
@@ -54,21 +68,22 @@ class Decision:
 
 @dataclass(frozen=True)
 class _Counts:
-    window: tuple[Mapping[str, Any], ...]  # failures since the checkpoint last advanced
+    window: tuple[PastAttempt, ...]  # failures since the checkpoint last advanced
     retries_used: int
     reschedules_used: int
+    replacements: int  # reschedules off an excluded node (spend no failure budget)
 
 
 def _counts(history: History, budgets: Budgets, allocation: str, step: int | None,
             retries_used_in_allocation: int) -> _Counts:
-    failures = [a for a in history.attempts if is_failure(a)]
+    failures = [a for a in history.past if a.failure]
 
-    def retries_in(attempts: list[Mapping[str, Any]]) -> int:
-        return sum(1 for a in attempts if a.get("allocation") == allocation and a.get("decision") == "retry")
+    def retries_in(attempts: list[PastAttempt]) -> int:
+        return sum(1 for a in attempts if a.allocation == allocation and a.decision is Decision.RETRY)
 
     recorded = retries_in(failures)
     if budgets.reset_on_progress and step is not None:
-        failures = [a for a in failures if _step_or_minus_one(a) >= step]
+        failures = [a for a in failures if (-1 if a.step is None else a.step) >= step]
     # the caller's count may include restarts the history does not hold (ft_launcher's
     # in-job restarts): they count too, but only the recorded ones can be reset
     unrecorded = max(0, retries_used_in_allocation - recorded)
@@ -76,13 +91,11 @@ def _counts(history: History, budgets: Budgets, allocation: str, step: int | Non
         retries = retries_in(failures) + unrecorded
     else:
         retries = max(recorded, retries_used_in_allocation)
-    reschedules = sum(1 for a in failures if a.get("decision") == "reschedule")
-    return _Counts(window=tuple(failures), retries_used=retries, reschedules_used=reschedules)
-
-
-def _step_or_minus_one(attempt: Mapping[str, Any]) -> int:
-    step = attempt_step(attempt)
-    return -1 if step is None else step
+    moved = [a for a in failures if a.decision is Decision.RESCHEDULE]
+    # the first max_node_replacements moves off a blamed node were free; later ones spent
+    replacements = min(budgets.max_node_replacements, sum(1 for a in moved if a.exclude_node))
+    return _Counts(window=tuple(failures), retries_used=retries,
+                   reschedules_used=len(moved) - replacements, replacements=replacements)
 
 
 def _summary(diagnosis: Diagnosis) -> str:
@@ -94,72 +107,90 @@ def _summary(diagnosis: Diagnosis) -> str:
     return hint.rstrip(".") or diagnosis.category
 
 
-def _deterministic_repeat(diagnosis: Diagnosis, window: Sequence[Mapping[str, Any]], node: str,
+def _deterministic_repeat(diagnosis: Diagnosis, window: Sequence[PastAttempt], node: str,
                           step: int | None) -> str | None:
     if not diagnosis.deterministic or step is None:
         return None
-    same = [a for a in window if a.get("rule") == diagnosis.rule_id and attempt_step(a) == step]
+    same = [a for a in window if a.rule == diagnosis.rule_id and a.step == step]
     node_suspect = diagnosis.escalate is not None and diagnosis.escalate.scope == "node"
-    elsewhere = [a for a in same if a.get("node") != node]
+    elsewhere = [a for a in same if a.node != node]
     if elsewhere:
         return (f"the same failure already happened at checkpoint step {step} on node "
-                f"{elsewhere[-1].get('node')}: it reproduces, so it is not the node")
+                f"{elsewhere[-1].node}: it reproduces, so it is not the node")
     if same and not node_suspect:
         return f"the same failure already happened at checkpoint step {step}: it reproduces"
     return None
 
 
-def _escalation(diagnosis: Diagnosis, window: Sequence[Mapping[str, Any]], node: str) -> tuple[str, str] | None:
+def _escalation(diagnosis: Diagnosis, window: Sequence[PastAttempt],
+                node: str) -> tuple[Decision, str] | None:
     rule = diagnosis.escalate
-    if rule is None or diagnosis.decision != "retry":
+    if rule is None or diagnosis.decision is not Decision.RETRY:
         return None
-    earlier = [a for a in window if a.get("rule") == diagnosis.rule_id
-               and (rule.scope == "job" or a.get("node") == node)]
+    earlier = [a for a in window if a.rule == diagnosis.rule_id
+               and (rule.scope == "job" or a.node == node)]
     if len(earlier) < rule.after:
         return None
     where = " on this node" if rule.scope == "node" else ""
-    return rule.to, f"seen {len(earlier)} time(s) before{where}, so escalated to {rule.to}"
+    return Decision.parse(rule.to), f"seen {len(earlier)} time(s) before{where}, so escalated to {rule.to}"
 
 
 def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: str, allocation: str,
-           step: int | None, retries_used_in_allocation: int) -> Decision:
+           step: int | None, retries_used_in_allocation: int) -> PolicyDecision:
     counts = _counts(history, budgets, allocation, step, retries_used_in_allocation)
     retries_left = max(0, budgets.max_retries - counts.retries_used)
     reschedules_left = max(0, budgets.max_reschedules - counts.reschedules_used)
     head = f"rule {diagnosis.rule_id} ({diagnosis.category}): {_summary(diagnosis)}"
 
-    def done(action: str, why: str, *, backoff: float = 0.0, spend: bool = True) -> Decision:
+    def done(action: Decision, why: str, *, backoff: float = 0.0,
+             spend: bool = True, budget: bool = True) -> PolicyDecision:
         exclude, node_note = _node_exclusion(diagnosis, history, node, spend)
-        r_left = retries_left - (1 if action == "retry" and spend else 0)
-        s_left = reschedules_left - (1 if action == "reschedule" and spend else 0)
+        r_left = retries_left - (1 if action is Decision.RETRY and spend else 0)
+        s_left = reschedules_left - (1 if action is Decision.RESCHEDULE and spend and budget else 0)
         budget_note = (f"retries left {r_left}/{budgets.max_retries}, "
                        f"reschedules left {s_left}/{budgets.max_reschedules}")
-        parts = [f"{head} -> {action}", why, node_note, budget_note if action != "complete" else ""]
-        return Decision(action=action, reason="; ".join(p for p in parts if p), backoff_s=backoff,
+        parts = [f"{head} -> {action}", why, node_note,
+                 budget_note if action is not Decision.COMPLETE else ""]
+        return PolicyDecision(action=action, reason="; ".join(p for p in parts if p), backoff_s=backoff,
                         exclude_node=exclude, retries_left=r_left, reschedules_left=s_left)
 
-    if diagnosis.decision == "complete":
-        return done("complete", "", spend=False)
+    rule_decision = Decision.parse(diagnosis.decision)
+    if rule_decision is Decision.COMPLETE:
+        return done(Decision.COMPLETE, "", spend=False)
     if not diagnosis.counts_as_failure:
-        return done(diagnosis.decision, "not a failure: no budget spent", spend=False)
-    if diagnosis.decision == "abort":
-        return done("abort", "retrying cannot help")
+        return done(rule_decision, "not a failure: no budget spent", spend=False)
+    if rule_decision is Decision.ABORT:
+        return done(Decision.ABORT, "retrying cannot help")
+    megatron = megatron_over_time(diagnosis, counts.window, node, step)
+    if megatron:
+        return done(Decision.ABORT, megatron)
     repeat = _deterministic_repeat(diagnosis, counts.window, node, step)
     if repeat:
-        return done("abort", f"{repeat}; aborting early instead of burning budgets")
-    action, why = diagnosis.decision, ""
+        return done(Decision.ABORT, f"{repeat}; aborting early instead of burning budgets")
+    action, why = rule_decision, ""
     escalated = _escalation(diagnosis, counts.window, node)
     if escalated:
         action, why = escalated
-    if action == "retry":
+    if action is Decision.RETRY:
         if retries_left > 0:
-            backoff = min(budgets.backoff_max_s, budgets.backoff_base_s * (2 ** counts.retries_used))
-            return done("retry", _join(why, f"retry in place in {backoff:g} s"), backoff=backoff)
-        action, why = "reschedule", _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
-    if action == "reschedule":
+            backoff = budgets.backoff.delay_s(counts.retries_used, key=allocation)
+            when = f"in {backoff:g} s" if backoff > 0 else "now"
+            return done(Decision.RETRY, _join(why, f"retry in place {when}"), backoff=backoff)
+        action = Decision.RESCHEDULE
+        why = _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
+    if action is Decision.RESCHEDULE:
+        excluded, _ = _node_exclusion(diagnosis, history, node, True)
+        # the second bound holds even for records that do not say they excluded a node
+        moves = counts.replacements + counts.reschedules_used
+        if (excluded and counts.replacements < budgets.max_node_replacements
+                and moves < budgets.max_reschedules + budgets.max_node_replacements):
+            return done(Decision.RESCHEDULE, _join(why, (
+                f"the node is replaced: infrastructure recovery, no failure budget spent "
+                f"({counts.replacements + 1}/{budgets.max_node_replacements} replacements "
+                "without progress)")), budget=False)
         if reschedules_left > 0:
-            return done("reschedule", why)
-        return done("abort", _join(why, f"reschedule budget used up ({budgets.max_reschedules} failure reschedules)"))
+            return done(Decision.RESCHEDULE, why)
+        return done(Decision.ABORT, _join(why, f"reschedule budget used up ({budgets.max_reschedules} failure reschedules)"))
     return done(action, why)
 
 
@@ -174,3 +205,34 @@ def _node_exclusion(diagnosis: Diagnosis, history: History, node: str, spend: bo
     if spend and failures >= NODE_FAILURES_TO_EXCLUDE:
         return True, f"node {node} has failed this task {failures} times: marked for exclusion"
     return False, ""
+
+
+# ---- Megatron exits 16 / 17 over time (nvrx slice) ------------------------------------
+# Megatron-LM users report resumes after exit 17 that crash again at the same iteration
+# (NVIDIA/Megatron-LM issue tracker); the re-run state machine moves a 16 to another node
+# precisely to tell the GPU from the data / code. So: exit 17 seen this many times before
+# at the same checkpoint step (no progress in between) aborts; an exit 16 that comes back
+# at the same step on a different node aborts (the fault followed the data or the code).
+REPEATED_17_LIMIT = 3
+
+
+def megatron_over_time(diagnosis: Diagnosis, window: Sequence[PastAttempt], node: str,
+                       step: int | None) -> str | None:
+    """Why a Megatron 16 / 17 must abort now, from the earlier attempts; None to go on."""
+    if step is None or not diagnosis.rule_id.startswith("megatron-rerun-1"):
+        return None
+    same_step = [a for a in window if a.step == step]
+    if diagnosis.rule_id.startswith("megatron-rerun-17"):
+        earlier = [a for a in same_step if 17 in a.exit_codes]
+        if len(earlier) >= REPEATED_17_LIMIT:
+            return (f"exit 17 came back {len(earlier) + 1} times at checkpoint step {step} "
+                    "without progress: resuming keeps failing validation, so aborting")
+        return None
+    if diagnosis.rule_id == "megatron-rerun-16":
+        moved = [a for a in same_step if a.node != node
+                 and (16 in a.exit_codes or a.rule == "megatron-rerun-16")]
+        if moved:
+            return (f"exit 16 at checkpoint step {step} again after moving from node "
+                    f"{moved[-1].node} to {node}: the fault follows the data or the code, "
+                    "not the GPU")
+    return None

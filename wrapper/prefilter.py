@@ -155,3 +155,216 @@ class Prefilter:
             while position >= 0:
                 yield position
                 position = text.find(literal, position + 1)
+
+
+# ---- the multi-pattern engine: Hyperscan, when its wheel is installed -----------------------
+#
+# Measured (benchmarks/classify_bench.py, same run): the literal-anchor regex above scans
+# ~70 MB/s; Hyperscan scans the same text at ~2 GB/s, so a chunk's cost becomes the
+# ANSI strip and the UTF-8 check. RE2 (google-re2) was ~4x slower than Hyperscan here,
+# cannot compile lookaheads at all, and logs to stderr when a pattern fails.
+#
+# Hyperscan only *proposes* lines: every pattern is compiled in prefilter mode (a
+# superset of its matches; lookarounds are relaxed, never dropped), and each proposed
+# line is then checked rule by rule with Python's `re`, exactly as before. So the rule
+# that matched, its evidence and its line numbers cannot change; what has to hold is
+# that no line a rule matches goes unproposed. Where Hyperscan's byte semantics differ
+# from Python's str semantics, the pure-`re` prefilter above takes over:
+# - lines with non-ASCII characters (Python's `.`, `\w`, `\s`, case folding are
+#   Unicode-aware) or the ASCII controls that Python's `\s` counts as space;
+# - patterns Hyperscan cannot compile (Python-only syntax), VERBOSE patterns, and
+#   non-ASCII patterns.
+# Python matches a pattern against one line with trailing "\r" stripped; Hyperscan sees
+# the block, so `\A` becomes `^` and `$` / `\Z` become `\r*$`, both in multi-line mode.
+
+try:  # optional: `pip install resched[fast]`; without it the pure-`re` prefilter is used
+    import hyperscan as _hs
+except ImportError:  # pragma: no cover - exercised by forcing ENGINE_ENV=re in tests
+    _hs = None
+
+import os
+import threading
+
+ENGINE_ENV = "RESCHED_PREFILTER"  # "re" forces the pure-`re` prefilter (tests, debugging)
+# Python's \s also matches \x0b, \x0c and \x1c-\x1f; Hyperscan's does not match \x1c-\x1f
+_ODD_CHAR = re.compile(r"[^\x00-\x0a\x0d-\x1b\x20-\x7f]")
+_ODD_ASCII_HS = rb"[\x0b\x0c\x1c-\x1f]"
+_ODD_ID = 2**31 - 1
+_DB_CACHE: dict[tuple[tuple[str, int], ...], tuple[Any, tuple[int, ...]]] = {}
+_DB_LOCK = threading.Lock()
+
+
+def block_form(pattern: str) -> str:
+    """The pattern as Hyperscan must see it to match per line inside a block of lines."""
+    out: list[str] = []
+    i, in_class, class_body = 0, False, -1
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            escape = pattern[i:i + 2]
+            if not in_class and escape == "\\A":
+                out.append("^")
+            elif not in_class and escape == "\\Z":
+                out.append("(?:\\r*$)")
+            else:
+                out.append(escape)
+            i += 2
+            continue
+        if in_class:
+            out.append(char)
+            in_class = char != "]" or i == class_body
+            i += 1
+            continue
+        if char == "[":
+            # a "]" right after "[" or "[^" is a literal, not the end of the class
+            class_body = i + 2 if pattern[i + 1:i + 2] == "^" else i + 1
+            in_class = True
+            out.append(char)
+        elif char == "$":
+            out.append("(?:\\r*$)")
+        else:
+            out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _hyperscan_safe(pattern: re.Pattern[str]) -> bool:
+    """Whether Hyperscan, on the ASCII lines it is trusted with, proposes every match."""
+    # a non-ASCII pattern (written out or as \\u / \\x / \\N escapes) can match ASCII
+    # text under case folding, scoped or not (Kelvin sign vs "k"); they are rare, so
+    # they all stay with `re`, as do VERBOSE patterns
+    if pattern.flags & re.VERBOSE or not pattern.pattern.isascii():
+        return False
+    try:
+        parsed = sre_parse.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - it compiled once; never trust what we cannot read
+        return False
+    return not _has_non_ascii(parsed)
+
+
+def _has_non_ascii(node: Any) -> bool:
+    if isinstance(node, sre_parse.SubPattern):
+        node = node.data
+    if isinstance(node, (list, tuple)):
+        if len(node) == 2 and node[0] in (sre_c.LITERAL, sre_c.NOT_LITERAL):
+            return isinstance(node[1], int) and node[1] > 0x7F
+        if len(node) == 2 and node[0] is sre_c.RANGE:
+            return node[1][1] > 0x7F
+        return any(_has_non_ascii(item) for item in node)
+    return False
+
+
+def _hs_flags(pattern: re.Pattern[str]) -> int:
+    assert _hs is not None
+    flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_ALLOWEMPTY
+    if pattern.flags & re.IGNORECASE:
+        flags |= _hs.HS_FLAG_CASELESS
+    if pattern.flags & re.DOTALL:
+        flags |= _hs.HS_FLAG_DOTALL
+    return flags
+
+
+def _compile(patterns: Sequence[re.Pattern[str]]) -> tuple[Any, tuple[int, ...]]:
+    """One Hyperscan database for the patterns it can take; returns (db, their indexes)."""
+    assert _hs is not None
+    key = tuple((p.pattern, p.flags) for p in patterns)
+    with _DB_LOCK:
+        if key in _DB_CACHE:
+            return _DB_CACHE[key]
+    chosen = [i for i, p in enumerate(patterns) if _hyperscan_safe(p)]
+
+    def build(indexes: list[int]) -> Any:
+        # one more expression, id -1: the ASCII characters on which Python's \\s and
+        # Hyperscan's disagree, so the lines holding them go to `re`
+        db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+        db.compile(expressions=[block_form(patterns[i].pattern).encode() for i in indexes] + [_ODD_ASCII_HS],
+                   ids=indexes + [_ODD_ID], elements=len(indexes) + 1,
+                   flags=[_hs_flags(patterns[i]) for i in indexes] + [0])
+        return db
+
+    db = None
+    if chosen:
+        try:
+            db = build(chosen)
+        except _hs.error:
+            # find the patterns it rejects (rare: Python-only syntax); the rest still go fast
+            chosen = [i for i in chosen if _compiles(build, i)]
+            db = build(chosen) if chosen else None
+    result = (db, tuple(chosen) if db is not None else ())
+    with _DB_LOCK:
+        _DB_CACHE[key] = result
+    return result
+
+
+def _compiles(build: Any, index: int) -> bool:
+    assert _hs is not None
+    try:
+        build([index])
+    except _hs.error:
+        return False
+    return True
+
+
+class HyperscanPrefilter:
+    """Same contract as :class:`Prefilter` (sound candidates), Hyperscan underneath.
+
+    One instance per scanner: the compiled database is shared between instances, the
+    scratch space is not (Hyperscan forbids two scans on one scratch at once).
+    """
+
+    def __init__(self, patterns: Sequence[re.Pattern[str]], db: Any, fast: tuple[int, ...]) -> None:
+        assert _hs is not None
+        self._db = db
+        self._scratch = _hs.Scratch(db)
+        fast_set = set(fast)
+        rest = [p for i, p in enumerate(patterns) if i not in fast_set]
+        # lines Hyperscan is not trusted with are checked against every pattern
+        self._all = Prefilter(patterns)
+        self._rest = Prefilter(rest) if rest else None
+        self.re_patterns = tuple(rest)  # what Hyperscan could not be trusted with
+        self.may_match = self._all.may_match
+
+    def candidates(self, text: str) -> Iterator[int]:
+        """Positions (unordered, maybe repeated) in ``text`` where a rule may match."""
+        # 'replace' keeps one byte per character, so byte offsets are str offsets
+        plain = text.isascii()
+        data = text.encode("ascii") if plain else text.encode("ascii", "replace")
+        ends: list[int] = []
+        self._db.scan(data, match_event_handler=_collect_end, context=ends, scratch=self._scratch)
+        odd = not plain
+        for end in ends:
+            if end < 0:  # an odd ASCII character (see _collect_end)
+                odd = True
+                continue
+            # the match's last character is at end-1 (or it was empty, at end)
+            if end:
+                yield end - 1
+            yield end
+        if self._rest is not None:
+            yield from self._rest.candidates(text)
+        if odd:
+            yield from self._odd_line_candidates(text)
+
+    def _odd_line_candidates(self, text: str) -> Iterator[int]:
+        found = _ODD_CHAR.search(text)
+        while found is not None:
+            start = text.rfind("\n", 0, found.start()) + 1
+            end = text.find("\n", found.end())
+            end = len(text) if end < 0 else end
+            if self._all.may_match(text[start:end]):
+                yield start
+            found = _ODD_CHAR.search(text, end)
+
+
+def _collect_end(pattern_id: int, _start: int, end: int, _flags: int, ends: list[int]) -> None:
+    ends.append(-1 if pattern_id == _ODD_ID else end)
+
+
+def make_prefilter(patterns: Sequence[re.Pattern[str]]) -> Prefilter | HyperscanPrefilter:
+    """The fastest sound prefilter available here (Hyperscan when installed)."""
+    if _hs is None or os.environ.get(ENGINE_ENV, "").lower() == "re" or not patterns:
+        return Prefilter(patterns)
+    db, fast = _compile(patterns)
+    if db is None:
+        return Prefilter(patterns)
+    return HyperscanPrefilter(patterns, db, fast)

@@ -39,12 +39,17 @@ _known: dict[int, dict[int, int]] = {}
 
 
 def kill_group(pgid: int, signum: int) -> None:
-    """Signal every process of the task; processes already gone are fine."""
+    """Signal every process of the task once; processes already gone are fine."""
     try:
         os.killpg(pgid, signum)
     except (ProcessLookupError, PermissionError):
         pass
     for pid, _state, _ppid in group_members(pgid):
+        fields = _stat_fields(str(pid))
+        if fields is not None and fields[2] == pgid:
+            # killpg reached it already: a second SIGTERM could land while its handler
+            # is saving or while it shuts down, and kill a training that did save.
+            continue
         try:
             os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):

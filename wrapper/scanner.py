@@ -1,9 +1,10 @@
 """LineScanner: find rule matches in log lines as they stream past.
 
-``feed`` is called for every line the training prints, so it must be cheap: one
-combined prefilter regex (all rule patterns joined) rejects the ordinary line with a
-single C-level search (see wrapper/prefilter.py); only lines it accepts are tested
-rule by rule. ANSI colour
+``feed`` is called for every line the training prints, so it must be cheap: a
+prefilter rejects the ordinary line with one C-level search, and ``feed_text`` runs it
+over a whole block (Hyperscan when installed, else a literal-anchor regex: see
+wrapper/prefilter.py); only lines it proposes are tested rule by rule with ``re``, so
+the engine never changes which rule matched or where. ANSI colour
 codes are removed before matching. Hits are kept per rule (the first and the last
 few), so a flood of cascade lines can never push the root cause out.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wrapper.launcher_logs import strip_ansi
-from wrapper.prefilter import Prefilter
+from wrapper.prefilter import make_prefilter
 
 if TYPE_CHECKING:
     from wrapper.rules import RuleSet
@@ -47,7 +48,7 @@ class LineScanner:
         self._rules: list[tuple[str, tuple[re.Pattern[str], ...]]] = [
             (rule.id, rule.patterns) for rule in rules.rules if rule.patterns
         ]
-        self._prefilter = Prefilter([p for _, patterns in self._rules for p in patterns])
+        self._prefilter = make_prefilter([p for _, patterns in self._rules for p in patterns])
         self._any_patterns = bool(self._rules)
         self._may_match = self._prefilter.may_match
         self._lines: dict[str, int] = {}

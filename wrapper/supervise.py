@@ -42,10 +42,17 @@ class SignalRelay:
 
     Installed once for the whole wrapper run (a preemption can arrive during a restore
     or a backoff, not only while the command runs). The first stop signal is remembered
-    as ``requested``; every one is forwarded to the group attached at that moment.
+    as ``requested``; every one reaches the group attached at that moment as
+    ``stop_signum`` (``--stop-signal``, default SIGTERM), whatever arrived: Slurm's grace
+    USR1 or a closed terminal's HUP would kill a training that only saves on SIGTERM
+    (Megatron's exit-signal handler, NeMo's PreemptionCallback, torchrun's agent).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stop_signum: int = signal.SIGTERM, *, broadcast: bool = False) -> None:
+        self.stop_signum = stop_signum
+        # Slurm signals every process of a job step: the training already got this very
+        # signal, and a second one could hit it while it saves (RESCHED_STOP_BROADCAST).
+        self.broadcast = broadcast
         self.requested: str | None = None
         self.requested_signum: int | None = None
         self._pgid: int | None = None
@@ -68,13 +75,13 @@ class SignalRelay:
             self.requested = signal.Signals(signum).name
             self.requested_signum = signum
         self._wakeup.set()
-        if self._pgid is not None:
-            stop_group(self._pgid, signum)
+        if self._pgid is not None and not (self.broadcast and signum == self.stop_signum):
+            stop_group(self._pgid, self.stop_signum)
 
     def attach(self, pgid: int) -> None:
         self._pgid = pgid
         if self.requested_signum is not None:  # arrived between spawn and attach
-            stop_group(pgid, self.requested_signum)
+            stop_group(pgid, self.stop_signum)
 
     def detach(self) -> None:
         self._pgid = None

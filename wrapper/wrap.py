@@ -16,52 +16,29 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from wrapper.attempt import AttemptRunner
+from wrapper.config import (
+    ALLOCATION_ENV,
+    HEARTBEAT_FILE_ENV,
+    INTERNAL_ERROR_EXIT,
+    OUTCOME_FILE_ENV,
+    WrapConfig,
+)
+from wrapper.decision import Decision
 from wrapper.errors import ReschedError
-from wrapper.hang import HangSettings
 from wrapper.judge import Judge, RuleJudge
-from wrapper.outcome import OUTCOME_FILE_ENV, emit_event, say, write_json_atomic
+from wrapper.outcome import OutcomeRecord, emit_event, say, write_json_atomic
 from wrapper.pathcheck import check_path_kind
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
-
-INTERNAL_ERROR_EXIT = 70
-HEARTBEAT_FILE_ENV = "RESCHED_HEARTBEAT_FILE"
 
 
 class WrapConfigError(ReschedError):
     """A wrap option that cannot work (bad exit codes, no command)."""
 
-
-@dataclass(frozen=True)
-class WrapConfig:
-    command: tuple[str, ...]
-    state_dir: Path
-    node: str
-    allocation: str
-    reschedule_code: int = 3
-    abort_code: int = 1
-    max_retries: int = 3
-    max_reschedules: int = 2
-    reset_on_progress: bool = True
-    grace_s: float = 30.0
-    hang_grace_s: float = 5.0
-    hang: HangSettings = field(default_factory=HangSettings)
-    heartbeat_file: Path | None = None
-    checkpoint_dir: Path | None = None
-    checkpoint_url: str | None = None
-    sync_every_s: float | None = None
-    rule_files: tuple[Path, ...] = ()
-    expect_finished_flag: Path | None = None
-    outcome_file: Path | None = None
-    poll_s: float = 0.05
-
-    def exit_code_for(self, decision: str) -> int:
-        return {"complete": 0, "reschedule": self.reschedule_code}.get(decision, self.abort_code)
 
 
 def validate_config(config: WrapConfig) -> None:
@@ -112,7 +89,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay()
+    relay = SignalRelay(config.stop_signal, broadcast=config.stop_broadcast)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)
@@ -125,8 +102,8 @@ def run_wrap(
         say(f"internal error: {type(error).__name__}: {error}; exiting {INTERNAL_ERROR_EXIT}")
         traceback.print_exc(file=sys.stderr)
         loop.checkpoint.finish()
-        loop.write_final({"decision": "abort", "reason": f"wrapper bug: {error}"},
-                         INTERNAL_ERROR_EXIT)
+        loop.write_final(None, INTERNAL_ERROR_EXIT, decision=Decision.ABORT,
+                         reason=f"wrapper bug: {error}")
         return INTERNAL_ERROR_EXIT
     finally:
         relay.uninstall()
@@ -150,7 +127,7 @@ class _AttemptLoop:
         judge = judge or RuleJudge(  # loads the rules first: a bad rules file fails fast
             rule_files=config.rule_files, state_dir=config.state_dir,
             max_retries=config.max_retries, max_reschedules=config.max_reschedules,
-            reset_on_progress=config.reset_on_progress,
+            reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
         try:
@@ -168,10 +145,10 @@ class _AttemptLoop:
             if self.relay.requested is not None:
                 return self._stopped_between_attempts(None)
             record, history = runner.run_one(history, retries_used)
-            if record["decision"] != "retry":
+            if record.decision is not Decision.RETRY:
                 return self._leave(record)
-            retries_used += 1 + record.get("in_job_restarts", 0)
-            if self.sleep(float(record["backoff_s"])):
+            retries_used += 1 + record.in_job_restarts
+            if self.sleep(record.backoff_s):
                 return self._stopped_between_attempts(record)
 
     def _heartbeat_file(self) -> Path:
@@ -182,27 +159,42 @@ class _AttemptLoop:
         self._own_heartbeat_dir = Path(tempfile.mkdtemp(prefix="resched-heartbeat-"))
         return self._own_heartbeat_dir / "heartbeat"
 
-    def _leave(self, record: Mapping[str, Any]) -> int:
-        code = self.config.exit_code_for(str(record["decision"]))
+    def _leave(self, record: OutcomeRecord) -> int:
+        code = self.config.exit_code_for(record.decision)
         self.checkpoint.finish()
         self.write_final(record, code)
         return code
 
-    def _stopped_between_attempts(self, last: Mapping[str, Any] | None) -> int:
+    def _stopped_between_attempts(self, last: OutcomeRecord | None) -> int:
         """A stop signal outside an attempt (restore, backoff): leave as a preemption."""
         signal_name = self.relay.requested
         say(f"got {signal_name} between attempts -> reschedule (preemption, not a failure)")
-        record = dict(last or {})
-        record.update(decision="reschedule", stop_signal=signal_name,
-                      reason=f"stopped by {signal_name} between attempts")
-        emit_event("decision", {"decision": "reschedule", "reason": record["reason"]})
-        return self._leave(record)
+        reason = f"stopped by {signal_name} between attempts"
+        emit_event("decision", {"decision": Decision.RESCHEDULE, "reason": reason})
+        code = self.config.exit_code_for(Decision.RESCHEDULE)
+        self.checkpoint.finish()
+        if last is None:
+            self.write_final(None, code, decision=Decision.RESCHEDULE, reason=reason,
+                             stop_signal=signal_name)
+        else:
+            self.write_final(replace(last, decision=Decision.RESCHEDULE, reason=reason,
+                                     stop_signal=signal_name), code)
+        return code
 
-    def write_final(self, record: Mapping[str, Any], exit_code: int) -> None:
+    def write_final(self, record: OutcomeRecord | None, exit_code: int, *,
+                    decision: Decision | None = None, reason: str = "",
+                    stop_signal: str | None = None) -> None:
+        """The final outcome file: the last attempt's record, or (when no attempt ran to
+        its end) just the decision, its reason and the exit code."""
         path = self.config.outcome_file
         if path is None:
             return
-        final = dict(record)
+        if record is not None:
+            final = record.to_dict()
+        else:
+            final = {"decision": str(decision or Decision.ABORT), "reason": reason}
+            if stop_signal is not None:
+                final["stop_signal"] = stop_signal
         final["wrapper_exit_code"] = exit_code
         try:
             write_json_atomic(path, final)
@@ -221,10 +213,10 @@ def default_state_dir(checkpoint_dir: Path | None) -> Path:
 
 def default_allocation(node: str, environ: Mapping[str, str]) -> str:
     """One wrapper run = one allocation; ``RESCHED_ALLOCATION`` names it explicitly."""
-    if environ.get("RESCHED_ALLOCATION"):
-        return environ["RESCHED_ALLOCATION"]
+    if environ.get(ALLOCATION_ENV):
+        return environ[ALLOCATION_ENV]
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     return f"{node}-{stamp}-{os.getpid()}"
 
 
-__all__ = ["OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "run_wrap", "validate_config"]
+__all__ = ["HEARTBEAT_FILE_ENV", "INTERNAL_ERROR_EXIT", "OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "run_wrap", "validate_config"]

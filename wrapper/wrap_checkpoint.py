@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from wrapper.checkpoint.marker import read_marker
+from wrapper.checkpoint.errors import SnapshotUnstableError
+from wrapper.checkpoint.snapshot import checkpoint_step
 from wrapper.outcome import emit_event, say
 
 
@@ -30,7 +31,8 @@ class CheckpointSession:
         return bool(self.url) and self.local_dir is not None
 
     def step(self) -> int | None:
-        return read_marker(self.local_dir) if self.local_dir is not None else None
+        """The step the training would resume from (marker, else its framework's files)."""
+        return checkpoint_step(self.local_dir)
 
     def restore(self) -> int | None:
         """Restore into an empty (or missing) local dir; the restored step, or None."""
@@ -72,11 +74,14 @@ class CheckpointSession:
         try:
             if self._syncer is not None:
                 result = self._syncer.stop(final=True)
-            elif self._store is not None and self.step() is not None:
-                assert self.local_dir is not None
-                result = self._store.publish(self.local_dir)
+            elif self._store is not None and self.local_dir is not None and self.local_dir.is_dir():
+                # No timer, but the upload after exit always happens (OSMO's rule).
+                result = self._store.publish(self.local_dir, final=True, layouts=True)
             else:
                 result = None
+        except SnapshotUnstableError as why:
+            say(f"checkpoint: final publish skipped: {why}")
+            return
         except Exception as error:  # noqa: BLE001 - report and go on to exit
             say(f"checkpoint: final publish to {self.url} FAILED: {type(error).__name__}: {error}")
             return

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflows.backends.options import BackendOption, parse_options
+
 if TYPE_CHECKING:
     from workflows.pipeline import LoadedWorkflow
 
@@ -44,10 +46,22 @@ class Backend(ABC):
     """One place a workflow can run."""
 
     name: str = ""
-    #: option name -> help; ``submit`` refuses options a backend does not take.
-    option_help: Mapping[str, str] = {}
+    #: the backend's options, declared once: ``submit``'s flags and the checks come from it.
+    options: tuple[BackendOption, ...] = ()
+    #: True when resched runs OSMO's runtime itself (local, Slurm); False when the
+    #: orchestrator does (osmo): then e.g. another workflow's task outputs are its business.
+    emulates_runtime: bool = True
     #: the lint target (``osmo`` flags file:// urls, the others accept them).
     lint_target: str = "osmo"
+
+    @property
+    def option_help(self) -> Mapping[str, str]:
+        """Option name -> help (derived from :attr:`options`)."""
+        return {o.name: o.help for o in self.options}
+
+    def parse_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every option, given ones checked and converted, the rest at their defaults."""
+        return parse_options(self.options, given, self.name)
 
     @abstractmethod
     def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> Request:

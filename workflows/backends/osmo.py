@@ -22,14 +22,14 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from workflows.backends.base import Backend, Request, SubmitResult
+from workflows.backends.options import BackendOption, OptionType, parse_options
 from workflows.errors import BackendError, UsageError
-from workflows.render import TOKEN_RE
+from workflows.osmo_runtime import TOKEN as TOKEN_RE
 from workflows.values import YamlLoadError, safe_load_yaml
 
 if TYPE_CHECKING:
@@ -191,34 +191,28 @@ class OsmoRequest(Request):
         return [path]
 
 
+OPTIONS = (
+    BackendOption("pool", OptionType.TEXT, "OSMO pool to run in (default: your profile's default pool)"),
+    BackendOption("priority", OptionType.CHOICE, "OSMO priority (OSMO's default: NORMAL; LOW may be preempted)",
+                  choices=PRIORITIES),
+)
+
+
 def _build_argv(options: Mapping[str, Any]) -> tuple[str, ...]:
-    unknown = sorted(set(options) - set(OsmoBackend.option_help))
-    if unknown:
-        raise UsageError(f"the osmo backend has no option {', '.join(unknown)}",
-                         fix=f"use {', '.join(OsmoBackend.option_help)}")
+    opts = parse_options(OPTIONS, options, "osmo")
     argv = ["osmo", "workflow", "submit", SPEC_FILE_NAME]
-    pool = options.get("pool")
-    if pool is not None:
-        if not str(pool).strip():
-            raise UsageError("--pool is empty", fix="give a pool name, e.g. --pool a100")
-        argv += ["--pool", str(pool)]
-    priority = options.get("priority")
-    if priority is not None:
-        priority = str(priority).upper()
-        if priority not in PRIORITIES:
-            raise UsageError(f"--priority {options['priority']}: not an OSMO priority",
-                             fix=f"use one of {', '.join(PRIORITIES)}")
-        argv += ["--priority", priority]
+    if opts["pool"] is not None:
+        argv += ["--pool", opts["pool"]]
+    if opts["priority"] is not None:
+        argv += ["--priority", opts["priority"]]
     return tuple(argv)
 
 
 class OsmoBackend(Backend):
     name = "osmo"
     lint_target = "osmo"
-    option_help: Mapping[str, str] = MappingProxyType({
-        "pool": "OSMO pool to run in (default: your profile's default pool)",
-        "priority": "HIGH, NORMAL or LOW (OSMO's default: NORMAL; LOW may be preempted)",
-    })
+    options = OPTIONS
+    emulates_runtime = False  # OSMO's server runs the DAG, tokens and timers itself
 
     def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> OsmoRequest:
         argv = _build_argv(options)

@@ -18,7 +18,9 @@ from typing import Any
 
 import click
 
+from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
+from wrapper.redact import redact
 
 # command name -> the module that defines it (one module per area).
 _COMMAND_MODULES = {
@@ -34,9 +36,10 @@ _COMMAND_MODULES = {
     "checkpoint": "workflows.cli.checkpoint_cmds",
     "status": "workflows.cli.slurm_cmds",
     "logs": "workflows.cli.slurm_cmds",
+    "report": "workflows.cli.report_cmd",
+    "simulate": "workflows.cli.simulate_cmd",
 }
 
-INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a bug in resched, never mistaken for success
 
 
 def _debug_requested(ctx: click.Context | None) -> bool:
@@ -70,9 +73,12 @@ class _ReschedGroup(click.Group):
         except ReschedError as error:
             if _debug_requested(ctx):
                 raise
-            click.echo(f"resched: error: {error}", err=True)
+            click.echo(redact(f"resched: error: {error}"), err=True)
             ctx.exit(error.exit_code)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except click.ClickException as error:  # click prints it: redact its text first
+            error.message = redact(error.message)
+            raise
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
             raise
@@ -80,8 +86,8 @@ class _ReschedGroup(click.Group):
             if _debug_requested(ctx):
                 raise
             click.echo(
-                f"resched: internal error: {type(error).__name__}: {error} "
-                "(run with --debug for the traceback and please report it)",
+                redact(f"resched: internal error: {type(error).__name__}: {error} ")
+                + "(run with --debug for the traceback and please report it)",
                 err=True,
             )
             ctx.exit(INTERNAL_ERROR_EXIT)

@@ -11,6 +11,12 @@ import click
 from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.results import RestoreResult
 from wrapper.checkpoint.store import CheckpointStore
+from wrapper.redact import redact
+
+
+def _echo(text: str, **kwargs: object) -> None:
+    """Every line of these commands names a store URL: never print its credentials."""
+    click.echo(redact(text), **kwargs)  # type: ignore[arg-type]
 
 
 class _Progress:
@@ -28,12 +34,12 @@ class _Progress:
             self._drawn = now
             rate = self.done / max(now - self.started, 1e-9)
             of = f" / {_size(self.total)}" if self.total else ""
-            click.echo(f"\r{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ",
+            _echo(f"\r{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ",
                        err=True, nl=False)
 
     def close(self) -> None:
         if self.enabled and self._drawn != self.started:
-            click.echo("\r\033[K", err=True, nl=False)
+            _echo("\r\033[K", err=True, nl=False)
 
 
 def _size(count: float | None) -> str:
@@ -71,12 +77,12 @@ def publish_cmd(directory: Path, url: str, step: int | None, retention: int,
     finally:
         progress.close()
     if not result.changed:
-        click.echo(f"unchanged: {result.url} already holds step {result.step} "
+        _echo(f"unchanged: {result.url} already holds step {result.step} "
                    f"({result.checkpoint_id}); nothing published")
         return
     removed = f"; removed {result.deleted_manifests} old/torn checkpoint(s)" if (
         result.deleted_manifests) else ""
-    click.echo(
+    _echo(
         f"published step {result.step} as {result.checkpoint_id} to {result.url}: "
         f"{result.files} files, {_size(result.size)} (sent {result.uploaded_files} files, "
         f"{_size(result.uploaded_bytes)}) in {result.seconds:.1f} s{removed}"
@@ -99,16 +105,16 @@ def restore_cmd(url: str, directory: Path, force: bool, osmo_layout: bool) -> No
     finally:
         progress.close()
     if result is None:
-        click.echo(f"store {url} holds no checkpoint; nothing restored", err=True)
+        _echo(f"store {url} holds no checkpoint; nothing restored", err=True)
         return
     _report_restore(result)
 
 
 def _report_restore(result: RestoreResult) -> None:
     if result.fell_back:
-        click.echo(f"resched: warning: fell back past {len(result.fell_back_from)} newer "
+        _echo(f"resched: warning: fell back past {len(result.fell_back_from)} newer "
                    f"checkpoint(s) that failed verification: {result.reason}", err=True)
-    click.echo(f"restored step {result.step} ({result.checkpoint_id}) from {result.url} into "
+    _echo(f"restored step {result.step} ({result.checkpoint_id}) from {result.url} into "
                f"{result.local_dir}: {result.files} files, {_size(result.size)}, verified")
 
 
@@ -118,15 +124,15 @@ def list_cmd(url: str) -> None:
     """List the checkpoints of URL: step, time, size, complete or torn."""
     infos = CheckpointStore(url).list()
     if not infos:
-        click.echo(f"store {url} holds no checkpoint")
+        _echo(f"store {url} holds no checkpoint")
         return
-    click.echo(f"{'STEP':>10}  {'TIME':19}  {'SIZE':>10}  {'FILES':>5}  {'STATE':9}  ID")
+    _echo(f"{'STEP':>10}  {'TIME':19}  {'SIZE':>10}  {'FILES':>5}  {'STATE':9}  ID")
     for info in infos:
         state = info.state + ("*" if info.latest else "")
         step = "-" if info.step is None else str(info.step)
-        click.echo(f"{step:>10}  {_when(info.time):19}  {_size(info.size):>10}  "
+        _echo(f"{step:>10}  {_when(info.time):19}  {_size(info.size):>10}  "
                    f"{info.files:>5}  {state:9}  {info.checkpoint_id}")
-    click.echo("(* = latest)")
+    _echo("(* = latest)")
 
 
 @checkpoint.command("verify")
@@ -143,9 +149,9 @@ def verify_cmd(url: str) -> None:
                               fix="publish one first, or check the URL")
     for check in result.checks:
         verdict = "ok" if check.ok else "DAMAGED: " + "; ".join(check.problems)
-        click.echo(f"step {check.step} ({check.checkpoint_id}): {verdict}")
+        _echo(f"step {check.step} ({check.checkpoint_id}): {verdict}")
     if result.orphan_blobs:
-        click.echo(f"{result.orphan_blobs} unreferenced blob(s) (removed by the next publish)")
+        _echo(f"{result.orphan_blobs} unreferenced blob(s) (removed by the next publish)")
     if not result.all_ok:
         bad = sum(not check.ok for check in result.checks)
         raise CheckpointError(f"{bad} of {len(result.checks)} checkpoint(s) in {url} are "

@@ -1,7 +1,8 @@
-"""``resched run FILE [values] [--chaos SPEC] [--max-retry-per-task N] [--workdir DIR] [--report FILE]``.
+"""``resched run FILE [values] [local backend options] [--html FILE]``: the local executor.
 
-Thin: load the workflow for the local target, print lint findings, hand it to the
-local backend (the same one ``resched submit --backend local`` uses), print its line.
+Thin: the flags come from the local backend's option table; the pipeline
+(:func:`workflows.pipeline.prepare_request`) loads, lints, checks the DAG and makes the
+plan (the same as ``resched submit --backend local``); ``submit`` runs it.
 """
 
 from __future__ import annotations
@@ -12,42 +13,44 @@ from typing import Any
 import click
 
 from workflows.backends import get_backend
-from workflows.cli.common import ValuesCommand, bounded_int, path_kind, values_options
+from workflows.backends.local import LocalPlan
+from workflows.backends.options import click_options
+from workflows.cli.common import ValuesCommand, values_options
 from workflows.cli.findings import echo_findings
-from workflows.errors import UsageError
-from workflows.pipeline import load_workflow
+from workflows.pipeline import prepare_request
 from workflows.values import ValueOptions
 
 
 @click.command("run", cls=ValuesCommand)
 @values_options
-@click.option("--chaos", help="Inject faults: 'kill:master@20s,hang:worker_1@35s,"
-              "exit:master=16@50s,term:master@70s', '@3ckpt', or 'random:mtbf=30s,seed=1'.")
-@click.option("--max-retry-per-task", type=bounded_int(0),
-              help="RESCHEDULEs each task gets (default 3; OSMO's pool default is 0).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), callback=path_kind("dir"),
-              help="Where pods, logs and staged inputs go (default .resched/runs/<run id>).")
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), callback=path_kind("file"),
-              help="Write the JSON report (attempts, timeline, ETTR) here.")
-@click.option("--progress", type=click.Choice(["auto", "tty", "plain", "quiet"]), default="auto",
-              show_default=True, help="Live lines on a terminal, plain lines otherwise.")
+@click_options({"local": get_backend("local").options}, tag=False)
+@click.option("--html", "html_path", type=click.Path(path_type=Path),
+              help="Also write the HTML run report (timeline per task, ETTR) here.")
 @click.option("--dry-run", is_flag=True, help="Print the plan instead of running it.")
 def run_command(file: Path, values_files: tuple[Path, ...], sets: tuple[str, ...],
-                set_strings: tuple[str, ...], dry_run: bool, **options: Any) -> None:
+                set_strings: tuple[str, ...], dry_run: bool, html_path: Path | None,
+                **options: Any) -> None:
     """Run FILE on this machine with OSMO's runtime semantics (the local executor)."""
     backend = get_backend("local")
-    job = load_workflow(file, ValueOptions(files=values_files, sets=sets, set_strings=set_strings),
-                        lint_target=backend.lint_target)
-    echo_findings(job.findings, str(file))
-    if job.errors:
-        raise UsageError(f"refusing to run: lint reported {len(job.errors)} error(s)", where=str(file),
-                         fix="fix the findings above (resched lint shows them again)")
-    request = backend.dry_run(job, {k: v for k, v in options.items() if v is not None})
+    request = prepare_request(
+        file, ValueOptions(files=values_files, sets=sets, set_strings=set_strings), backend,
+        {k: v for k, v in options.items() if v is not None}, verb="run",
+        show_findings=lambda findings: echo_findings(findings, str(file)),
+    )
     if dry_run:
         click.echo(request.materialize(), nl=False)
         return
+    if html_path is not None:  # a bad --html path is refused before the run, not after it
+        from workflows.report.write import check_target
+
+        check_target(html_path)
     result = backend.submit(request)
     click.echo(result.message)
+    if html_path is not None:
+        from workflows.cli.report_cmd import write_run_html
+
+        assert isinstance(request, LocalPlan)
+        write_run_html(request.workdir, html_path)
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
 

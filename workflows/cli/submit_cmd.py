@@ -1,7 +1,9 @@
 """``resched submit --backend local|osmo|slurm FILE [values] [backend options]``.
 
-Thin: load (render + validate + lint) -> the backend's pure dry run -> print / write the
-request (``--dry-run``, ``--output``) or hand it over (``submit``, the only side effect).
+Thin: the backend flags come from each backend's option table; the pipeline
+(:func:`workflows.pipeline.prepare_request`) loads, lints, checks the DAG and makes the
+pure dry run; this command prints / writes the request (``--dry-run``, ``--output``) or
+hands it over (``submit``, the only side effect).
 """
 
 from __future__ import annotations
@@ -12,48 +14,13 @@ from typing import Any
 import click
 
 from workflows.backends import BACKEND_NAMES, get_backend
-from workflows.cli.common import (
-    NameParam,
-    SlurmTimeParam,
-    ValuesCommand,
-    bounded_int,
-    path_kind,
-    values_options,
-)
+from workflows.backends.options import click_options
+from workflows.cli.common import ValuesCommand, bounded_int, path_kind, values_options
 from workflows.cli.findings import echo_findings
-from workflows.errors import UsageError
-from workflows.lint import LintOptions
-from workflows.pipeline import load_workflow
+from workflows.pipeline import prepare_request
 from workflows.values import ValueOptions
 
-# click parameter name -> the flag a user typed (for messages); the backend's
-# ``option_help`` says which of these it takes.
-_BACKEND_FLAGS = {
-    "pool": "--pool",
-    "priority": "--priority",
-    "partition": "--partition",
-    "time": "--time",
-    "account": "--account",
-    "tasks_per_node": "--tasks-per-node",
-    "grace": "--grace",
-    "max_retry_per_task": "--max-retry-per-task",
-    "chaos": "--chaos",
-    "workdir": "--workdir",
-    "report": "--report",
-}
-
-
-def backend_options(given: dict[str, Any], backend_name: str, accepted: set[str]) -> dict[str, Any]:
-    """Keep the options the user set; refuse one the backend does not take."""
-    chosen = {k: v for k, v in given.items() if v is not None}
-    for key in chosen:
-        if key not in accepted:
-            takes = ", ".join(sorted(_BACKEND_FLAGS[k] for k in accepted)) or "no options"
-            raise UsageError(
-                f"{_BACKEND_FLAGS[key]} is not an option of the {backend_name} backend",
-                fix=f"the {backend_name} backend takes {takes}",
-            )
-    return chosen
+BACKEND_OPTIONS = {name: get_backend(name).options for name in BACKEND_NAMES}
 
 
 @click.command("submit", cls=ValuesCommand)
@@ -79,30 +46,7 @@ def backend_options(given: dict[str, Any], backend_name: str, accepted: set[str]
     type=bounded_int(0),
     help="Declare the OSMO pool's max_retry_per_task (lint RS004).",
 )
-@click.option("--pool", type=NameParam(), help="[osmo] Pool to submit to.")
-@click.option(
-    "--priority", type=click.Choice(["HIGH", "NORMAL", "LOW"], case_sensitive=False), help="[osmo]"
-)
-@click.option("--partition", type=NameParam(), help="[slurm] Partition.")
-@click.option("--time", type=SlurmTimeParam(), help="[slurm] Time limit (sbatch --time).")
-@click.option("--account", type=NameParam(), help="[slurm] Account.")
-@click.option("--tasks-per-node", type=bounded_int(1), help="[slurm] Tasks sharing a node.")
-# Slurm keeps the --signal warning time in 16 bits: at most 65535 s.
-@click.option("--grace", type=bounded_int(1, 65535), help="[slurm] Seconds of warning before the time limit.")
-@click.option(
-    "--max-retry-per-task",
-    type=bounded_int(0),
-    help="[local, slurm] How many RESCHEDULEs a task gets (OSMO's pool setting).",
-)
-@click.option("--chaos", help="[local] Fault injection spec, e.g. 'kill:master@20s'.")
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    callback=path_kind("dir"),
-    help="[local, slurm] Where pods, task dirs and logs go.",
-)
-@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), callback=path_kind("file"),
-              help="[local] JSON report.")
+@click_options(BACKEND_OPTIONS)
 def submit_command(
     file: Path,
     values_files: tuple[Path, ...],
@@ -117,21 +61,15 @@ def submit_command(
 ) -> None:
     """Validate, lint and submit FILE to a backend (local runs it here)."""
     backend = get_backend(backend_name)
-    options = backend_options(given, backend_name, set(backend.option_help))
-    job = load_workflow(
+    request = prepare_request(
         file,
         ValueOptions(files=values_files, sets=sets, set_strings=set_strings),
-        lint_options=LintOptions(target=backend.lint_target, pool_retry_limit=pool_retry_limit),
+        backend,
+        {k: v for k, v in given.items() if v is not None},
+        strict=strict,
+        pool_retry_limit=pool_retry_limit,
+        show_findings=lambda findings: echo_findings(findings, str(file)),
     )
-    echo_findings(job.findings, str(file))
-    blocking = [f for f in job.findings if f.severity == "error" or (strict and f.severity == "warning")]
-    if blocking:
-        raise UsageError(
-            f"refusing to submit: lint reported {len(blocking)} blocking finding(s)",
-            where=str(file),
-            fix="fix the findings above (resched lint shows them again)",
-        )
-    request = backend.dry_run(job, options)
     if output is not None:
         for path in request.write(output):
             click.echo(f"wrote {path}", err=True)

@@ -11,9 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workflows.lint.core import LintContext, TaskSite
-
-DEFAULT_RESCHEDULE_CODE = 3
-DEFAULT_ABORT_CODE = 1
+from wrapper.config import (
+    ABORT_CODE_ENV,
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_URL_ENV,
+    DEFAULT_ABORT_CODE,
+    DEFAULT_RESCHEDULE_CODE,
+    RESCHEDULE_CODE_ENV,
+)
 _MAX_LOCAL_FILE = 1 << 20
 _SHELL_SUFFIXES = ("", ".sh", ".bash")
 _SHELL_SHEBANG = re.compile(r"^#!\S*/(?:env\s+)?(?:ba|z|da)?sh\b")
@@ -111,16 +116,16 @@ def wrap_calls(site: TaskSite, base_dir: Path) -> tuple[WrapCall, ...]:
             end = _END_OF_OPTIONS.search(text, match.end())
             options = text[match.end() : end.start() if end else len(text)]
             resched, resched_from = _code(
-                options, text, env, "reschedule-code", "RESCHED_RESCHEDULE_CODE",
+                options, text, env, "reschedule-code", RESCHEDULE_CODE_ENV,
                 DEFAULT_RESCHEDULE_CODE,
             )
             abort, abort_from = _code(
-                options, text, env, "abort-code", "RESCHED_ABORT_CODE", DEFAULT_ABORT_CODE
+                options, text, env, "abort-code", ABORT_CODE_ENV, DEFAULT_ABORT_CODE
             )
             owns = _option(options, "checkpoint-url") is not None or bool(
-                _env(text, env, "RESCHED_CHECKPOINT_URL")
+                _env(text, env, CHECKPOINT_URL_ENV)
             )
-            directory = _option(options, "checkpoint-dir") or _env(text, env, "RESCHED_CHECKPOINT_DIR")
+            directory = _option(options, "checkpoint-dir") or _env(text, env, CHECKPOINT_DIR_ENV)
             literal_dir = directory if directory and directory.startswith("/") else None
             call = WrapCall(where, resched, resched_from, abort, abort_from, owns, literal_dir)
             if call not in calls:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from wrapper.errors import ReschedError
+from wrapper.redact import redact
 
 
 class CheckpointError(ReschedError):
     """A publish, restore or verify that could not be done; the store is left as it was."""
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        # Store URLs and library errors may carry credentials; whoever prints or logs
+        # this error (CLI, syncer, wrapper) gets the redacted text.
+        return redact(super().__str__())
 
 
 class CheckpointBusyError(CheckpointError):

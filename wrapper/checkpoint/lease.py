@@ -5,11 +5,14 @@ publishers must never interleave, or one's garbage collection could delete blobs
 other has uploaded but not yet committed.
 - Local stores: an exclusive ``fcntl.flock`` on ``<root>/.lock``; the kernel drops it
   when the holder dies (kill -9 included), so there is nothing stale to clean.
-- Object stores have no lock primitive fsspec exposes, so a lease object ``lease``
-  (owner, host, pid, expiry) is written and read back. A lease held by a live other
-  owner blocks; an expired lease, or one whose owner was a dead process on this host,
-  is taken over. The lease is best effort across hosts (no compare-and-swap): two
-  publishers starting within the same second on different hosts could both win.
+- Object stores: a lease object ``lease`` (owner, host, pid, expiry). A lease held by a
+  live other owner blocks; an expired lease, or one whose owner was a dead process on
+  this host, is taken over. Where the store has conditional writes (S3 and compatible
+  servers: ``If-None-Match: *`` to create, ``If-Match: <etag>`` to replace), the lease is
+  a real compare-and-swap: of writers racing for it exactly one wins, the others are
+  refused as busy. Elsewhere it is written and read back, which is best effort: two
+  writers starting within the same moment could both win. (Measured: 6 processes racing
+  for one new S3 prefix lost a committed checkpoint with read-back; none with CAS.)
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class WriterLease:
         self._wall = wall_clock
         self._owner = uuid.uuid4().hex
         self._lock_file: IO[bytes] | None = None
+        self._etag: str | None = None  # our lease object's version, with conditional writes
 
     def acquire(self) -> None:
         if self._store.is_local:
@@ -59,7 +63,10 @@ class WriterLease:
     def _lock_local(self) -> None:
         path = self._store.local_path(LOCK_NAME)
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("ab")
+        # O_NOFOLLOW: a lock file replaced by a link is refused, never opened through.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        handle = os.fdopen(fd, "ab")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -68,6 +75,24 @@ class WriterLease:
         self._lock_file = handle
 
     def _lock_remote(self) -> None:
+        created = _put_if(self._store, self._lease_bytes(), IfNoneMatch="*")
+        if created is None:
+            self._lock_remote_best_effort()
+            return
+        if created:
+            self._etag = _etag(self._store)
+            return
+        raw, etag = self._store.read_bytes(LEASE_KEY), _etag(self._store)
+        current = _parse(raw)
+        if current and not self._stale(current):
+            raise _busy(self._store.url, f"lease held by {current.get('host')} "
+                        f"pid {current.get('pid')}")
+        # stale (or unreadable): replace it only if it is still the object we judged
+        if etag is None or not _put_if(self._store, self._lease_bytes(), IfMatch=etag):
+            raise _busy(self._store.url, "another publisher took the lease at the same time")
+        self._etag = _etag(self._store)
+
+    def _lock_remote_best_effort(self) -> None:
         current = _parse(self._store.read_bytes(LEASE_KEY))
         if current and not self._stale(current):
             raise _busy(self._store.url, f"lease held by {current.get('host')} "
@@ -78,13 +103,23 @@ class WriterLease:
             raise _busy(self._store.url, "another publisher took the lease at the same time")
 
     def refresh(self) -> None:
-        if self._lock_file is None:
+        if self._lock_file is not None:
+            return
+        if self._etag is None:
             self._write()
+            return
+        # extend our lease only if it is still ours (never clobber a takeover)
+        if not _put_if(self._store, self._lease_bytes(), IfMatch=self._etag):
+            raise _busy(self._store.url, "our lease expired and another publisher took it")
+        self._etag = _etag(self._store)
 
-    def _write(self) -> None:
+    def _lease_bytes(self) -> bytes:
         lease = {"owner": self._owner, "host": socket.gethostname(), "pid": os.getpid(),
                  "expires": self._wall() + self._ttl_s}
-        self._store.write_bytes(LEASE_KEY, json.dumps(lease).encode())
+        return json.dumps(lease).encode()
+
+    def _write(self) -> None:
+        self._store.write_bytes(LEASE_KEY, self._lease_bytes())
 
     def _stale(self, lease: dict) -> bool:
         if float(lease.get("expires", 0)) < self._wall():
@@ -103,6 +138,47 @@ def writer_lease(store: StoreFS, *, wall_clock: Callable[[], float] = time.time
         yield lease
     finally:
         lease.release()
+
+
+def _conditional(store: StoreFS) -> bool:
+    """Whether the store's backend takes S3's conditional-write headers."""
+    protocol = getattr(store.fs, "protocol", ())
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    return not store.is_local and any(p in ("s3", "s3a") for p in protocols)
+
+
+def _put_if(store: StoreFS, data: bytes, **condition: str) -> bool | None:
+    """Write the lease under a condition: True written, False refused (412), None when
+    the backend has no conditional writes."""
+    if not _conditional(store):
+        return None
+
+    def put() -> bool:
+        try:
+            store.fs.pipe_file(store.key(LEASE_KEY), data, **condition)
+        except OSError as error:
+            if _precondition_failed(error):
+                return False
+            raise
+        return True
+    return store.retry.call(put, what=f"write {store.key(LEASE_KEY)} ({', '.join(condition)})")
+
+
+def _precondition_failed(error: BaseException) -> bool:
+    text = f"{error} {error.__cause__ or ''} {error.__context__ or ''}".lower()
+    return "precondition" in text or "pre-condition" in text or "412" in text
+
+
+def _etag(store: StoreFS) -> str | None:
+    def head() -> str | None:
+        store.fs.invalidate_cache(store.key(LEASE_KEY))
+        try:
+            info = store.fs.info(store.key(LEASE_KEY))
+        except FileNotFoundError:
+            return None
+        tag = info.get("ETag") or info.get("etag")
+        return str(tag) if tag else None
+    return store.retry.call(head, what=f"stat {store.key(LEASE_KEY)}")
 
 
 def _parse(raw: bytes | None) -> dict:

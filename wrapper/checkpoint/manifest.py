@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,6 @@ from wrapper.checkpoint.marker import MARKER_NAME
 
 FORMAT = "resched-checkpoint/1"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_DRIVE = re.compile(r"^[A-Za-z]:")
 _ID = re.compile(r"^[0-9A-Za-z._-]{1,120}$")
 
 
@@ -65,7 +65,12 @@ class Manifest:
             "producer": vars(self.producer),
             "files": [[e.path, e.size, e.sha256] for e in self.files],
         }
-        return json.dumps(data, ensure_ascii=False, indent=0).encode()
+        try:
+            return json.dumps(data, ensure_ascii=False, indent=0).encode()
+        except UnicodeEncodeError:
+            # A file name that is not UTF-8 (os.walk gives it as lone surrogates): \u
+            # escapes keep its exact bytes, and the manifest stays valid UTF-8 JSON.
+            return json.dumps(data, ensure_ascii=True, indent=0).encode()
 
     @classmethod
     def from_bytes(cls, raw: bytes, *, where: str) -> Manifest:
@@ -151,11 +156,13 @@ def safe_relpath(path: object, *, where: str) -> str:
     """``path`` when it is a clean relative path that stays inside its directory."""
     if not isinstance(path, str) or not path:
         raise UnsafePathError(f"path {path!r} is not a non-empty string", where=where)
+    # POSIX rules only: "A:" or "C:x" are ordinary names on Linux (refusing them made
+    # such files publishable but never restorable). Backslashes are refused because
+    # publish refuses them too (not portable to object stores and Windows tools).
     bad = (
         "\x00" in path
         or "\\" in path
         or path.startswith("/")
-        or _DRIVE.match(path) is not None
         or any(part in ("", ".", "..") for part in path.split("/"))
     )
     if bad:
@@ -163,8 +170,13 @@ def safe_relpath(path: object, *, where: str) -> str:
             f"path {path!r} would escape the checkpoint directory",
             where=where,
             fix="a manifest path must be relative, '/'-separated, without '..', '.', "
-            "empty parts, backslashes or drive letters; the store may be tampered with",
+            "empty parts or backslashes; the store may be tampered with",
         )
+    try:
+        os.fsencode(path)  # lone surrogates other than the undecodable-byte escapes
+    except UnicodeEncodeError:
+        raise UnsafePathError(f"path {path!r} is not a file name this system can write",
+                              where=where) from None
     return path
 
 

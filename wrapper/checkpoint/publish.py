@@ -8,6 +8,7 @@ of objects no committed manifest references.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -32,10 +33,15 @@ from wrapper.checkpoint.layout import (
 from wrapper.checkpoint.lease import WriterLease, writer_lease
 from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
 from wrapper.checkpoint.results import PublishResult
-from wrapper.checkpoint.snapshot import TEMP_TAG, LocalFile, Snapshot, check_unchanged
+from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR
+from wrapper.checkpoint.ownership import check_owned, is_own_temp, write_identity
+from wrapper.checkpoint.snapshot import LocalFile, Snapshot, check_unchanged
+from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, fsync_files
 
 Progress = Callable[[int], None]
+# The ids new_checkpoint_id makes: only manifests named so are ever collected.
+_OWN_ID = re.compile(r"^(?:\d+|s)-\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{8}$")
 
 
 @dataclass(frozen=True)
@@ -63,38 +69,59 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
                      cache: HashCache, progress: Progress | None = None,
                      wall_clock: Callable[[], float] = time.time) -> PublishResult:
     started = time.monotonic()
+    check_not_empty(snapshot)
+    needs_identity = check_owned(store)  # read-only: nothing is written to a foreign place
     with writer_lease(store, wall_clock=wall_clock) as lease:
+        if needs_identity:
+            write_identity(store)
         state = load_state(store)
         uploads = _Uploads(store, state, cache, progress, lease)
+        manifest_written: str | None = None
         try:
             entries = uploads.run(snapshot.files)
             check_unchanged(snapshot)
             fsync_files(uploads.written)  # blobs durable before a manifest names them
-        except SnapshotUnstableError:
-            uploads.discard()
+            manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
+                                producer(), entries)
+            latest = state.pointer.latest
+            previous = next((m for m in state.manifests[:1]
+                             if latest and m.checkpoint_id == latest.checkpoint_id), None)
+            changed = previous is None or not previous.same_content(manifest)
+            if previous is None or changed:
+                raw = manifest.to_bytes()
+                manifest_written = manifest_key(manifest.checkpoint_id)
+                store.write_bytes(manifest_written, raw)
+                refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
+                store.write_bytes(POINTER_KEY, Pointer(refs).to_bytes())
+                kept = (manifest,) + state.manifests[: retention - 1]
+            else:  # the store already holds exactly this: commit nothing
+                manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
+        except BaseException:
+            # Nothing was committed: what this publish added is garbage now. Remove it at
+            # once (a full disk must not stay full because of our own leftovers).
+            uploads.discard(manifest_written)
             raise
-        manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
-                            producer(), entries)
-        latest = state.pointer.latest
-        previous = next((m for m in state.manifests[:1]
-                         if latest and m.checkpoint_id == latest.checkpoint_id), None)
-        changed = previous is None or not previous.same_content(manifest)
-        if previous is None or changed:
-            raw = manifest.to_bytes()
-            store.write_bytes(manifest_key(manifest.checkpoint_id), raw)
-            refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
-            store.write_bytes(POINTER_KEY, Pointer(refs).to_bytes())
-            kept = (manifest,) + state.manifests[: retention - 1]
-        else:  # the store already holds exactly this: commit nothing
-            manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
         cache.save()
         deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe)
     return PublishResult(
-        url=store.url, checkpoint_id=manifest.checkpoint_id, step=manifest.step,
+        url=redact(store.url), checkpoint_id=manifest.checkpoint_id, step=manifest.step,
         files=len(manifest.files), size=manifest.total_bytes,
         uploaded_files=uploads.sent_files, uploaded_bytes=uploads.sent_bytes, changed=changed,
         seconds=time.monotonic() - started, deleted_manifests=deleted[0], deleted_blobs=deleted[1],
     )
+
+
+def check_not_empty(snapshot: Snapshot) -> None:
+    """An empty checkpoint (no file besides the marker and the wrapper's own state)
+    must never become ``latest``: retention would then evict good ones."""
+    payload = [f for f in snapshot.files
+               if f.relpath != MARKER_NAME and not f.relpath.startswith(STATE_DIR + "/")]
+    if not payload:
+        raise CheckpointError(
+            f"nothing to publish: {snapshot.directory} holds no checkpoint files",
+            fix="publish after the training wrote a checkpoint; the store's latest is "
+            "unchanged",
+        )
 
 
 class _Uploads:
@@ -118,10 +145,15 @@ class _Uploads:
 
     def run(self, files: tuple[LocalFile, ...]) -> tuple[FileEntry, ...]:
         # Local: two files at a time (each is a kernel copy plus a hashing thread);
-        # object stores: four uploads in flight.
+        # object stores: four uploads in flight. On the first failure the files not yet
+        # started are cancelled (a full disk fails fast instead of once per file).
         workers = 2 if self.store.is_local else 4
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put") as pool:
-            return tuple(pool.map(self._one, files))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put")
+        try:
+            futures = [pool.submit(self._one, file) for file in files]
+            return tuple(future.result() for future in futures)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _one(self, file: LocalFile) -> FileEntry:
         try:
@@ -174,10 +206,18 @@ class _Uploads:
             self._last_refresh = time.monotonic()
             self.lease.refresh()
 
-    def discard(self) -> None:
-        # The bytes sent may not match their names (the file changed under the upload).
-        for sha in self.sent:
-            self.store.delete(blob_key(sha))
+    def discard(self, manifest_key_written: str | None = None) -> None:
+        """Remove what this uncommitted publish wrote: its manifest, and every blob it
+        claimed (an untrusted blob is referenced by no committed manifest, so deleting
+        it never harms a checkpoint). Best effort: the original error is what counts."""
+        keys = [blob_key(sha) for sha in self.sent]
+        if manifest_key_written:
+            keys.append(manifest_key_written)
+        for key in keys:
+            try:
+                self.store.delete(key)
+            except Exception:  # noqa: BLE001 - the next publish's GC removes it
+                pass
 
 
 def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ...],
@@ -185,18 +225,20 @@ def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ..
     """Delete manifests the pointer does not name, then blobs no kept manifest uses."""
     deleted_manifests = 0
     for checkpoint_id, key in manifest_ids(store).items():
-        if checkpoint_id not in kept_ids:
+        if checkpoint_id not in kept_ids and _OWN_ID.match(checkpoint_id):
             store.delete(key)
             deleted_manifests += 1
-    if store.is_local:  # temp files of a killed local write
-        for leftover in store.local_path("").glob(f"**/*{TEMP_TAG}*"):
-            leftover.unlink(missing_ok=True)
+    if store.is_local:  # temp files of a killed local write, ours by name only
+        for key in store.list_files(""):
+            if is_own_temp(key):
+                store.delete(key)
     if not gc_safe:
         return deleted_manifests, 0
     referenced = {e.sha256 for m in kept for e in m.files}
     deleted_blobs = 0
     for key in store.list_files(OBJECTS):
-        if blob_sha(key) not in referenced:
+        sha = blob_sha(key)
+        if sha is not None and sha not in referenced:  # only names of our scheme
             store.delete(key)
             deleted_blobs += 1
             if store.is_local:  # drop the emptied objects/<xx>/ directory

@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
-from wrapper.checkpoint.hashing import CHUNK, copy_and_hash, copy_hashing
+from wrapper.checkpoint.hashing import CHUNK, copy_and_digest, copy_hashing, stat_key
 from wrapper.checkpoint.layout import (
     OBJECTS,
     blob_key,
@@ -33,7 +34,9 @@ from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
-from wrapper.checkpoint.storefs import StoreFS, fsync_files
+from wrapper.redact import redact
+from wrapper.redact import redact
+from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
 
 Progress = Callable[[int], None]
 
@@ -62,7 +65,7 @@ def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = 
             reasons.append(f"{ref.checkpoint_id} (step {ref.step}): {why}")
             continue
         return RestoreResult(
-            url=store.url, local_dir=target, checkpoint_id=manifest.checkpoint_id,
+            url=redact(store.url), local_dir=target, checkpoint_id=manifest.checkpoint_id,
             step=manifest.step, files=len(manifest.files), size=manifest.total_bytes,
             fell_back_from=tuple(failed), reason="; ".join(reasons) or None,
             seconds=time.monotonic() - started,
@@ -81,8 +84,9 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
     staged: list[tuple[Path, Path]] = []
     try:
         places = [(e, _safe_destination(target, e.path)) for e in manifest.files]
-        for _, final in places:
-            staged.append((final.with_name(f"{final.name}{TEMP_TAG}{token}"), final))
+        for index, (_, final) in enumerate(places):
+            # A short temp name: "<name><tag>" would exceed NAME_MAX for a long name.
+            staged.append((final.with_name(f"{TEMP_TAG}{token}-{index}"), final))
 
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
         for index, entry in enumerate(manifest.files):
@@ -112,12 +116,25 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
     tmp.parent.mkdir(parents=True, exist_ok=True)
 
     def attempt() -> tuple[int, str]:
-        if store.is_local:  # kernel copy + hash of the blob read alongside
-            return copy_and_hash(store.local_path(blob_key(entry.sha256)), tmp, progress,
-                                 sync=False)
-        with store.open_read(blob_key(entry.sha256)) as src, open(tmp, "wb") as dst:
-            result = copy_hashing(src, dst, progress)
-            return result
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        if store.is_local:  # safe open (regular file, no links), one read per byte
+            src_fd = store.open_blob(blob_key(entry.sha256), entry.size)
+            try:
+                dst_fd = os.open(tmp, flags, 0o644)
+                try:
+                    before = os.fstat(src_fd)
+                    copied, sha = copy_and_digest(src_fd, dst_fd, entry.size, progress)
+                    after = os.fstat(src_fd)
+                finally:
+                    os.close(dst_fd)
+                if stat_key(after) != stat_key(before):
+                    raise UnsafeBlobError(f"blob of {entry.path} changed while it was read")
+                return copied, sha
+            finally:
+                os.close(src_fd)
+        with store.open_read(blob_key(entry.sha256)) as src, \
+                os.fdopen(os.open(tmp, flags, 0o644), "wb") as dst:
+            return copy_hashing(src, dst, progress, limit=entry.size)
 
     try:
         size, sha = store.retry.call(attempt, what=f"download {entry.path}")
@@ -177,7 +194,7 @@ def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyR
     verdicts: dict[str, str | None] = {}
     checks = [_check(store, ref, present, verdicts, progress) for ref in pointer.checkpoints]
     referenced = set(verdicts)
-    return VerifyResult(store.url, tuple(checks),
+    return VerifyResult(redact(store.url), tuple(checks),
                         orphan_blobs=len(set(present) - referenced))
 
 
@@ -205,7 +222,12 @@ def _blob_problem(store: StoreFS, entry: FileEntry, present: dict[str, int],
 
     def digest() -> str:
         hasher = hashlib.sha256()
-        with store.open_read(blob_key(entry.sha256)) as handle:
+        if store.is_local:  # the same safe open as restore: a link is never "verified"
+            fd = store.open_blob(blob_key(entry.sha256), entry.size)
+            handle: Any = os.fdopen(fd, "rb", buffering=0)
+        else:
+            handle = store.open_read(blob_key(entry.sha256))
+        with handle:
             while chunk := handle.read(CHUNK):
                 hasher.update(chunk)
                 if progress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,11 +12,20 @@ T = TypeVar("T")
 
 # Errors that say "this will not get better by waiting".
 _PERMANENT = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
-              FileExistsError)
+              FileExistsError, ValueError)
+# A full disk, a read-only or over-quota filesystem, a name too long: waiting 15 s
+# changes nothing, and the publish must clean up and say so at once.
+_PERMANENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP,
+                     errno.EFBIG, errno.EINVAL, errno.ENXIO, errno.ENODEV}
+# botocore's own "your request is malformed / you have no credentials" errors.
+_PERMANENT_NAMES = {"ParamValidationError", "NoCredentialsError", "PartialCredentialsError",
+                    "NoRegionError", "InvalidS3AddressingStyleError", "UnknownSignatureVersionError"}
 
 
 def is_transient(error: BaseException) -> bool:
-    if isinstance(error, _PERMANENT):
+    if isinstance(error, _PERMANENT) or type(error).__name__ in _PERMANENT_NAMES:
+        return False
+    if isinstance(error, OSError) and error.errno in _PERMANENT_ERRNOS:
         return False
     if isinstance(error, (ConnectionError, TimeoutError, OSError)):
         return True

@@ -11,17 +11,53 @@ Publish rule (documented in docs/checkpoint.md): a snapshot is publishable when
   ``settle_s`` seconds; and
 - the file stats taken before hashing are unchanged after the upload (re-checked).
 Otherwise the syncer skips the round and tries again sooner.
+
+:func:`prepare_snapshot` layers this for trainings that write no marker (see
+``layouts.py``): resched's marker if present; else a known framework layout (its
+unfinished checkpoints left out while the training runs); else "unchanged across the
+upload". After the training ended (``final``) nothing can change any more: what is there
+is uploaded, unfinished checkpoints under ``.resched-torn/`` so that no framework
+resumes from them after a restore, and nothing is left behind.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
-from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR, TEMP_TAG, marker_data
+from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, inspect_layout
+from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR, TEMP_TAG, marker_data, read_marker
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which files of a directory an upload takes, and under which name.
+
+    ``exclude``: relative paths (files or whole folders) left out; ``quarantine``: relative
+    paths uploaded under ``<torn_root>/``; ``regex``: OSMO's ``checkpoint: regex:``, matched
+    (re.search) against each file's relative path (resched's own ``.resched/`` always goes).
+    """
+
+    exclude: tuple[str, ...] = ()
+    quarantine: tuple[str, ...] = ()
+    regex: str | None = None
+    torn_root: str = TORN_DIR
+
+    def covers(self, relpath: str, paths: tuple[str, ...]) -> bool:
+        return any(relpath == p or relpath.startswith(p.rstrip("/") + "/") for p in paths)
+
+    def key(self, relpath: str) -> str:
+        return f"{self.torn_root}/{relpath}" if self.covers(relpath, self.quarantine) else relpath
+
+    def wants(self, relpath: str) -> bool:
+        if self.regex is None or relpath.startswith(STATE_DIR + "/"):
+            return True
+        return re.search(self.regex, relpath) is not None
 
 
 @dataclass(frozen=True)
@@ -40,6 +76,7 @@ class LocalFile:
 class Snapshot:
     directory: Path
     files: tuple[LocalFile, ...]
+    selection: Selection = field(default=Selection())
 
     @property
     def signature(self) -> frozenset[tuple[str, int, int, int, int]]:
@@ -50,8 +87,9 @@ class Snapshot:
         return sum(f.stat.st_size for f in self.files)
 
 
-def take_snapshot(directory: Path) -> Snapshot:
-    """Stat every regular file under ``directory``; refuse symlinks and special files."""
+def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapshot:
+    """Stat every regular file under ``directory``; refuse symlinks and special files.
+    Excluded paths are not even looked at (a checkpoint being written may hold anything)."""
     if not directory.is_dir():
         raise CheckpointError(
             f"checkpoint directory {directory} does not exist or is not a directory",
@@ -62,6 +100,10 @@ def take_snapshot(directory: Path) -> Snapshot:
         base = Path(root)
         for name in sorted(dirs) + sorted(names):
             full = base / name
+            if selection.covers(full.relative_to(directory).as_posix(), selection.exclude):
+                if name in dirs:
+                    dirs.remove(name)
+                continue
             try:
                 st = os.lstat(full)
             except FileNotFoundError:
@@ -84,9 +126,11 @@ def take_snapshot(directory: Path) -> Snapshot:
                     f"{full}: a backslash in a file name is not portable to object stores",
                     fix="rename the file",
                 )
-            found.append(LocalFile(relpath, full, st))
+            if not selection.wants(relpath):
+                continue
+            found.append(LocalFile(selection.key(relpath), full, st))
     found.sort(key=lambda f: f.relpath)
-    return Snapshot(directory, tuple(found))
+    return Snapshot(directory, tuple(found), selection)
 
 
 def check_publishable(snapshot: Snapshot, *, now_ns: int, settle_s: float) -> None:
@@ -126,10 +170,101 @@ def check_publishable(snapshot: Snapshot, *, now_ns: int, settle_s: float) -> No
 
 def check_unchanged(before: Snapshot) -> None:
     """Raise SnapshotUnstableError when the directory changed since ``before``."""
-    after = take_snapshot(before.directory)
+    after = take_snapshot(before.directory, before.selection)
     if after.signature != before.signature:
         changed = sorted({s[0] for s in after.signature ^ before.signature})
         raise SnapshotUnstableError(
             f"{before.directory} changed while it was published ({changed[0]} and "
             f"{len(changed) - 1} more); nothing was committed"
         )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A snapshot ready to upload: the step it holds and whether it is whole.
+
+    ``whole`` is False only after the training ended, when the marker or a known layout
+    shows that nothing complete is there (the caller then keeps a complete checkpoint the
+    store already holds rather than replace it)."""
+
+    snapshot: Snapshot
+    step: int | None
+    whole: bool
+    layer: str  # "marker", a Layout value, or "unchanged" (no known layout)
+    reason: str
+    warnings: tuple[str, ...] = ()
+
+
+def _require_payload(snapshot: Snapshot) -> Snapshot:
+    # resched's own state alone is no checkpoint (a pod that has not saved yet): uploading
+    # it would make an empty checkpoint the latest. Not a failure: nothing to upload yet.
+    if not any(f.relpath != MARKER_NAME and not f.relpath.startswith(STATE_DIR + "/")
+               for f in snapshot.files):
+        raise SnapshotUnstableError(f"nothing to upload yet: {snapshot.directory} holds no "
+                                    "files besides resched's own state")
+    return snapshot
+
+
+def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 0.0,
+                     regex: str | None = None, now_ns: int | None = None,
+                     layouts: bool = True) -> Prepared:
+    """The layered completeness detector (module docstring). While the training runs,
+    raises SnapshotUnstableError when no complete state can be uploaded now.
+    ``layouts=False``: an explicit publish of exactly what is there (no framework layer)."""
+    directory = Path(directory)
+    now = time.time_ns() if now_ns is None else now_ns
+    # The uploads beside a training skip a pod with nothing saved yet; an explicit publish
+    # lets the store say "nothing to publish" itself.
+    payload = _require_payload if layouts else (lambda snapshot: snapshot)
+    if regex is not None:
+        try:
+            re.compile(regex)
+        except re.error as error:
+            raise CheckpointError(f"checkpoint regex {regex!r} is not a valid regular "
+                                  f"expression: {error}", fix="fix the checkpoint: regex:") from None
+    if os.path.lexists(directory / MARKER_NAME):
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
+        try:
+            check_publishable(snapshot, now_ns=now, settle_s=settle_s)
+        except SnapshotUnstableError as why:
+            if not final:
+                raise
+            return Prepared(snapshot, None, False, "marker", str(why))
+        return Prepared(snapshot, read_marker(directory), True, "marker", "completion marker")
+    first = inspect_layout(directory) if layouts else UNKNOWN
+    if first.complete is None:
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
+        if not final and settle_s > 0:
+            check_publishable(snapshot, now_ns=now, settle_s=settle_s)
+        layer = "unchanged" if first.layout is Layout.UNKNOWN else first.layout.value
+        return Prepared(snapshot, None, True, layer, first.reason, first.warnings)
+    selection = Selection(exclude=() if final else first.in_progress,
+                          quarantine=first.in_progress if final else (), regex=regex,
+                          torn_root=f"{TORN_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now / 1e9))}")
+    snapshot = take_snapshot(directory, selection)
+    again = inspect_layout(directory)
+    if (again.complete, again.step, again.in_progress) != (
+            first.complete, first.step, first.in_progress):
+        raise SnapshotUnstableError(
+            f"{first.layout.value} checkpoint changed while it was scanned ({first.reason} -> "
+            f"{again.reason})")
+    if not first.complete:
+        if not final:
+            raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
+        return Prepared(payload(snapshot), None, False, first.layout.value,
+                        first.reason, first.warnings)
+    return Prepared(payload(snapshot), first.step, True, first.layout.value,
+                    first.reason, first.warnings)
+
+
+def checkpoint_step(directory: Path | None) -> int | None:
+    """The step a training would resume from in ``directory``: the marker's, else the one
+    its framework's own files name (progress for the wrapper and the run report)."""
+    if directory is None:
+        return None
+    step = read_marker(directory)
+    if step is not None:
+        return step
+    from wrapper.checkpoint.layouts import layout_step
+
+    return layout_step(directory)

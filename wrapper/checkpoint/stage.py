@@ -21,6 +21,7 @@ from typing import Any
 from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.layout import MANIFESTS, POINTER_KEY, blob_sha
 from wrapper.checkpoint.manifest import safe_relpath
+from wrapper.checkpoint.ownership import IDENTITY_KEY
 from wrapper.checkpoint.restore import _safe_destination
 from wrapper.checkpoint.results import StageResult
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
@@ -56,7 +57,7 @@ def _copy_tree(store: StoreFS, dest: Path) -> int:
         _fetch_plain(store, store.root, _safe_destination(dest, safe_relpath(name, where=store.url)))
         return 1
     found = store.list_files("")
-    if any(blob_sha(key) or key.startswith(MANIFESTS) for key in found):
+    if any(blob_sha(key) or key.startswith(MANIFESTS) or key == IDENTITY_KEY for key in found):
         return 0  # a resched store whose first publish never committed: nothing complete
     for relkey in sorted(found):
         relpath = safe_relpath(relkey, where=store.key(relkey))

@@ -8,15 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from wrapper.checkpoint.errors import CheckpointError
+from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import HashCache
-from wrapper.checkpoint.marker import read_marker
+from wrapper.checkpoint.layout import read_pointer
 from wrapper.checkpoint.publish import publish_snapshot
 from wrapper.checkpoint.restore import list_checkpoints, restore_latest, verify_store
 from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
-from wrapper.checkpoint.snapshot import check_publishable, take_snapshot
+from wrapper.checkpoint.snapshot import prepare_snapshot
 from wrapper.checkpoint.storefs import StoreFS
+from wrapper.redact import register_url_secrets
 
 Progress = Callable[[int], None]
 
@@ -38,6 +39,7 @@ class CheckpointStore:
                                   fix="keep at least the latest checkpoint (--retention 1)")
         if not url:
             raise CheckpointError("checkpoint URL is empty", fix="pass a path or fsspec URL")
+        register_url_secrets(url, storage_options)
         self.url = url
         self.retention = retention
         self.osmo_layout = osmo_layout
@@ -60,14 +62,24 @@ class CheckpointStore:
         return StoreFS(root, retry=self._retry, storage_options=self._storage_options)
 
     def publish(self, local_dir: Path, step: int | None = None, *, settle_s: float = 0.0,
-                progress: Progress | None = None) -> PublishResult:
-        """Publish ``local_dir`` as a new checkpoint (step: given, else the marker's)."""
+                progress: Progress | None = None, final: bool = False,
+                regex: str | None = None, layouts: bool = False) -> PublishResult:
+        """Publish ``local_dir`` as a new checkpoint (step: given, else the marker's or
+        the framework layout's). ``final``: the training has ended, upload what is there
+        (see snapshot.prepare_snapshot); ``regex``: OSMO's checkpoint ``regex:``;
+        ``layouts``: judge completeness by the framework's own files too (the uploads
+        that run beside a training: OSMO's timer, the wrapper's syncer)."""
         local_dir = Path(local_dir)
-        snapshot = take_snapshot(local_dir)
-        check_publishable(snapshot, now_ns=time.time_ns(), settle_s=settle_s)
+        prepared = prepare_snapshot(local_dir, final=final, settle_s=settle_s, regex=regex,
+                                    layouts=layouts)
+        snapshot = prepared.snapshot
         if step is None:
-            step = read_marker(local_dir)
+            step = prepared.step
         store = self._open(local_dir)
+        if not prepared.whole and self._holds_checkpoint(store):
+            # A torn final state never replaces a complete checkpoint the store holds.
+            raise SnapshotUnstableError(f"{prepared.reason}; the store keeps its latest "
+                                        "complete checkpoint")
         cache = HashCache(local_dir, enabled=self._hash_cache)
         try:
             return publish_snapshot(store, snapshot, step=step, retention=self.retention,
@@ -80,6 +92,13 @@ class CheckpointStore:
             ) from None
         except OSError as error:
             raise CheckpointError(f"publish of {local_dir} failed: {error}") from None
+
+    def _holds_checkpoint(self, store: StoreFS) -> bool:
+        try:
+            pointer = read_pointer(store)
+        except (CheckpointError, StoreOperationError):
+            return True  # cannot tell: be safe, keep what is there
+        return pointer is not None and bool(pointer.checkpoints)
 
     def restore(self, local_dir: Path, *, allow_nonempty: bool = False,
                 progress: Progress | None = None) -> RestoreResult | None:

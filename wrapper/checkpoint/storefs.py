@@ -7,28 +7,31 @@ filesystems we write a temp file, fsync it and rename it into place.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fsspec  # type: ignore[import-untyped]
-from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
-
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import copy_and_hash, stat_key
+from wrapper.checkpoint.hashing import copy_and_digest, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
+from wrapper.redact import register_url_secrets
 from wrapper.checkpoint.snapshot import TEMP_TAG
 
 
 def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     options = dict(storage_options or {})
+    register_url_secrets(url, options)  # any echo of them, even by a library, is masked
     if url.startswith(("s3://", "s3a://")):
         # Listings must reflect deletes and writes of this very process.
         options.setdefault("use_listings_cache", False)
+    import fsspec  # type: ignore[import-untyped]  # ~0.2 s: only for non-local stores
+
     try:
         return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as error:
@@ -39,16 +42,52 @@ def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[A
         ) from None
 
 
+# The largest small document (pointer, manifest, identity) a store may hold: a FIFO or
+# an endless file named "latest" must not hang or fill memory.
+_MAX_DOCUMENT = 1 << 30
+
+
+def local_root(url: str) -> str | None:
+    """The directory of a plain path or ``file:///abs`` URL; None for anything fsspec
+    must resolve (other protocols, ``file://host/...``, chained URLs)."""
+    if "::" in url:
+        return None
+    if url.startswith("file://"):
+        rest = url[len("file://"):]
+        return rest if rest.startswith("/") else None
+    if "://" in url:
+        return None
+    return os.path.abspath(os.path.expanduser(url))
+
+
 class StoreFS:
-    """A store root (``url``) and relative keys below it ("latest", "objects/ab/abcd...")."""
+    """A store root (``url``) and relative keys below it ("latest", "objects/ab/abcd...").
+
+    Local stores are served by plain ``os`` calls (no fsspec import on the start-up path
+    of ``resched checkpoint publish``; no link followed when reading our documents);
+    every other URL by fsspec."""
 
     def __init__(self, url: str, *, retry: RetryPolicy,
                  storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
-        self.fs, root = open_url(url, storage_options)
-        self.root = root.rstrip("/") if root not in ("/", "") else root
-        self.is_local = isinstance(self.fs, LocalFileSystem)
         self.retry = retry
+        local = local_root(url)
+        self._fs: Any = None
+        if local is not None:
+            register_url_secrets(url, storage_options)
+            root = local
+        else:
+            self._fs, root = open_url(url, storage_options)
+        self.root = root.rstrip("/") if root not in ("/", "") else root
+        self.is_local = local is not None or type(self._fs).__name__ == "LocalFileSystem"
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
+
+            self._fs = LocalFileSystem()
+        return self._fs
 
     def key(self, relkey: str) -> str:
         return f"{self.root}/{relkey}" if self.root else relkey
@@ -59,6 +98,8 @@ class StoreFS:
     def read_bytes(self, relkey: str) -> bytes | None:
         def read() -> bytes | None:
             try:
+                if self.is_local:
+                    return _read_local_document(self.local_path(relkey))
                 return self.fs.cat_file(self.key(relkey))
             except FileNotFoundError:
                 return None
@@ -73,7 +114,15 @@ class StoreFS:
                             what=f"write {self.key(relkey)}")
 
     def list_files(self, relprefix: str) -> dict[str, int]:
-        """relative key -> size of every object under ``relprefix`` (empty when none)."""
+        """relative key -> size of every object under ``relprefix`` (empty when none).
+
+        On a local disk only regular files reached without following a link count: a
+        symlink, FIFO or device inside the store is not a blob (never verified, never
+        read) and is not ours to delete."""
+        if self.is_local:
+            return self.retry.call(lambda: _walk_regular(self.local_path(""), relprefix),
+                                   what=f"list {self.key(relprefix)}")
+
         def find() -> dict[str, int]:
             full = self.key(relprefix)
             self.fs.invalidate_cache(full)
@@ -90,6 +139,9 @@ class StoreFS:
         return self.retry.call(find, what=f"list {self.key(relprefix)}")
 
     def exists(self, relkey: str) -> bool:
+        if self.is_local:
+            return os.path.lexists(self.local_path(relkey))
+
         def check() -> bool:
             self.fs.invalidate_cache(self.key(relkey))
             return bool(self.fs.exists(self.key(relkey)))
@@ -98,7 +150,10 @@ class StoreFS:
     def delete(self, relkey: str) -> None:
         def remove() -> None:
             try:
-                self.fs.rm_file(self.key(relkey))
+                if self.is_local:  # the name itself: a link is removed, never followed
+                    os.unlink(self.local_path(relkey))
+                else:
+                    self.fs.rm_file(self.key(relkey))
             except FileNotFoundError:
                 pass
         self.retry.call(remove, what=f"delete {self.key(relkey)}")
@@ -118,16 +173,25 @@ class StoreFS:
         sha256, the blob written or None). The caller fsyncs written blobs (all at once,
         before the manifest is written: one writeback wait instead of one per file).
 
-        The kernel copies (sendfile) while a helper thread hashes the source (from the
-        page cache), so a publish costs about one copy. The source's stat is compared
-        before and after: a file that changed meanwhile is refused, never stored under
-        a hash of other bytes."""
+        The kernel copies while a helper thread hashes the same bytes from the page
+        cache (hashing.copy_and_digest). The source is opened without following a link
+        and must stay a regular file of the same size and times (compared before and
+        after): a file that changed meanwhile is refused, never stored under a hash of
+        other bytes."""
         tmp_dir = self.local_path("objects")
         tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = tmp_dir / f"{TEMP_TAG}{uuid.uuid4().hex}"
+        src_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            before = os.stat(source)
-            size, sha = copy_and_hash(source, tmp, progress, sync=False)
+            before = os.fstat(src_fd)
+            if not stat.S_ISREG(before.st_mode):
+                raise SnapshotUnstableError(f"{source} is no longer a regular file")
+            _advise_sequential(src_fd)
+            dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                size, sha = copy_and_digest(src_fd, dst_fd, before.st_size, progress)
+            finally:
+                os.close(dst_fd)
             if stat_key(os.stat(source)) != stat_key(before) or size != before.st_size:
                 raise SnapshotUnstableError(f"{source} changed while it was published")
             if keep_existing(sha, size):
@@ -137,7 +201,50 @@ class StoreFS:
             os.replace(tmp, target)
             return size, sha, target
         finally:
+            os.close(src_fd)
             tmp.unlink(missing_ok=True)
+
+    def open_blob(self, relkey: str, size: int) -> int:
+        """A read-only fd of a local store's blob, opened safely: no link followed below
+        the store root (each folder opened O_NOFOLLOW relative to its parent), only a
+        regular file (a FIFO or device is never opened: lstat first, then O_NONBLOCK and
+        fstat on the same inode), and of the size the manifest records."""
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+        dir_fd = os.open(self.local_path(""), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        parts = relkey.split("/")
+        try:
+            for part in parts[:-1]:
+                try:
+                    next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
+                except OSError as error:
+                    if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise UnsafeBlobError(f"{self.key(relkey)}: {part} is a symlink or "
+                                              "not a directory") from None
+                    raise
+                os.close(dir_fd)
+                dir_fd = next_fd
+            try:
+                seen = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
+            if not stat.S_ISREG(seen.st_mode):
+                raise UnsafeBlobError(f"{self.key(relkey)} is not a regular file "
+                                      f"({_kind(seen.st_mode)})")
+            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            os.close(fd)
+            raise UnsafeBlobError(f"{self.key(relkey)} was replaced while it was opened")
+        if st.st_size != size:
+            os.close(fd)
+            raise UnsafeBlobError(f"{self.key(relkey)} has {st.st_size} bytes, the manifest "
+                                  f"says {size}")
+        _advise_sequential(fd)
+        return fd
 
     def ingest_plain_local(self, source: Path, relkey: str) -> None:
         """Local stores: copy ``source`` to ``relkey`` (tmp + rename: never half a file)."""
@@ -146,6 +253,65 @@ class StoreFS:
 
     def open_read(self, relkey: str) -> Any:
         return self.fs.open(self.key(relkey), "rb", block_size=8 << 20)
+
+
+class UnsafeBlobError(ValueError):
+    """A store entry that is not a plain regular file of the expected size: damage (a
+    ValueError, so it is never retried)."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _advise_sequential(fd: int) -> None:
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    except (AttributeError, OSError):
+        pass
+
+
+def _read_local_document(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_DOCUMENT:
+            raise UnsafeBlobError(f"{path} is not a regular file of a sane size "
+                                  f"({_kind(st.st_mode)}, {st.st_size} bytes)")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(_MAX_DOCUMENT + 1)
+    finally:
+        os.close(fd)
+
+
+def _walk_regular(root: Path, relprefix: str) -> dict[str, int]:
+    found: dict[str, int] = {}
+    start = relprefix.rstrip("/")
+    try:
+        top = os.lstat(root / start) if start else os.lstat(root)
+    except FileNotFoundError:
+        return found
+    if not stat.S_ISDIR(top.st_mode):  # a link or a file where a folder belongs
+        return found
+    pending = [start]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(root / folder if folder else root))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            relkey = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(relkey)
+            elif entry.is_file(follow_symlinks=False):
+                found[relkey] = entry.stat(follow_symlinks=False).st_size
+    return found
 
 
 def _write_local_atomic(path: Path, data: bytes) -> None:

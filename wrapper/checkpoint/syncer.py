@@ -4,9 +4,11 @@ Timer semantics as OSMO's ``checkpoint:``: the first publish happens one period 
 ``start()``, the next one period after the previous one ended, and ``stop()`` runs one
 final publish, whatever ended the training. A round publishes only when the directory
 changed since the last publish and only a complete snapshot (see ``snapshot.py``: the
-completion marker is newer than every file, or, without a marker, nothing changed for
-``settle_s``; stats re-checked after the upload). An incomplete snapshot is skipped and
-retried sooner (``retry_soon_s``). The thread lives in the wrapper process, never in the
+completion marker; else the framework's own layout, its unfinished checkpoints left out;
+else, optionally, nothing changed for ``settle_s``; stats re-checked after the upload).
+An incomplete snapshot is skipped and retried sooner (``retry_soon_s``). The final
+publish uploads what is there (nothing can change any more), unless it is torn and the
+store already holds a complete checkpoint. The thread lives in the wrapper process, never in the
 training, so an upload never blocks a training step. A per-directory lock file (fcntl,
 released by the kernel if the holder dies) keeps two publishes of the same directory
 from running at once, also across processes.
@@ -43,7 +45,8 @@ class PeriodicSyncer:
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], object] | None = None,
                  settle_s: float = 2.0, retry_soon_s: float | None = None,
-                 final_wait_s: float = 300.0, log: Callable[[str], None] = _stderr_line) -> None:
+                 final_wait_s: float = 300.0, log: Callable[[str], None] = _stderr_line,
+                 regex: str | None = None) -> None:
         self.local_dir = Path(local_dir)
         self.store = store
         self.frequency_s = parse_duration(frequency_s, where="checkpoint frequency")
@@ -51,6 +54,8 @@ class PeriodicSyncer:
             raise CheckpointError("checkpoint frequency must be positive",
                                   fix="give a period such as 60, 5m or PT5M")
         self.settle_s = settle_s
+        self.regex = regex
+        self._warned: set[str] = set()
         self.retry_soon_s = min(self.frequency_s, 5.0) if retry_soon_s is None else retry_soon_s
         self.final_wait_s = final_wait_s
         self._clock = clock
@@ -108,9 +113,11 @@ class PeriodicSyncer:
                 if not lock.acquire(wait_s=self.final_wait_s if final else 0.0):
                     return self._skip("busy: another process is publishing this directory")
                 signature = take_snapshot(self.local_dir).signature
-                if signature == self._published_signature:
-                    return self._skip(UNCHANGED)
-                result = self.store.publish(self.local_dir, settle_s=self.settle_s)
+                if signature == self._published_signature and not final:
+                    return self._skip(UNCHANGED)  # (the final one runs anyway: see stop())
+                self._warn_once(self.local_dir)
+                result = self.store.publish(self.local_dir, settle_s=self.settle_s, final=final,
+                                            regex=self.regex, layouts=True)
             except SnapshotUnstableError as why:
                 return self._skip(f"incomplete: {why}")
             except CheckpointBusyError as why:
@@ -125,6 +132,14 @@ class PeriodicSyncer:
             self._log(f"published step {result.step} to {result.url}: {result.files} files, "
                       f"{result.uploaded_bytes} bytes sent in {result.seconds:.1f} s")
         return result
+
+    def _warn_once(self, directory: Path) -> None:
+        from wrapper.checkpoint.layouts import inspect_layout
+
+        for warning in inspect_layout(directory).warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self._log(f"warning: {warning}")
 
     def _skip(self, why: str) -> PublishResult | None:
         self.last_skip = why

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workflows.backends.base import Backend, Request, SubmitResult
+from workflows.backends.options import BackendOption, OptionType, parse_options
 from workflows.backends.local.chaos import parse_chaos
 from workflows.backends.local.plan import LocalOptions, LocalPlan, build_plan
-from workflows.errors import UsageError
 
 if TYPE_CHECKING:
     from workflows.pipeline import LoadedWorkflow
@@ -32,22 +32,30 @@ def new_run_id(workflow_name: str) -> str:
     return f"{workflow_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
+OPTIONS = (
+    BackendOption("chaos", OptionType.TEXT, "fault injection, e.g. 'kill:master@20s,exit:master=16@50s', "
+                  "'@3ckpt' or 'random:mtbf=30s,seed=1'"),
+    BackendOption("max_retry_per_task", OptionType.INT, "RESCHEDULEs a task gets (OSMO's pool setting; "
+                  "OSMO's own default is 0)", default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
+    BackendOption("workdir", OptionType.PATH, f"where pods, logs and staged inputs go "
+                  f"(default {DEFAULT_RUNS_DIR}/<run id>)", path_kind="dir"),
+    BackendOption("report", OptionType.PATH, "write the JSON report (attempts, timeline events, "
+                  "derived numbers) here (default <workdir>/report.json)", path_kind="file"),
+    BackendOption("progress", OptionType.CHOICE, "live lines on a terminal, plain lines otherwise",
+                  default="auto", choices=("auto", "tty", "plain", "quiet")),
+)
+_INTERNAL = ("run_id", "stop_grace_s")  # set by tests and callers, not flags
+
+
 def local_options(options: Mapping[str, Any]) -> LocalOptions:
     """Check and convert backend options (``submit`` passes a plain mapping)."""
-    unknown = sorted(set(options) - set(LocalBackend.option_help) - {"run_id", "progress", "stop_grace_s"})
-    if unknown:
-        raise UsageError(f"the local backend takes no option {unknown[0]!r}",
-                         fix=f"use {', '.join(sorted(LocalBackend.option_help))}")
-    retry = options.get("max_retry_per_task")
-    if retry is not None and (not isinstance(retry, int) or retry < 0):
-        raise UsageError(f"max_retry_per_task {retry!r} is not a whole number >= 0",
-                         fix="pass --max-retry-per-task 3")
+    opts = parse_options(OPTIONS, {k: v for k, v in options.items() if k not in _INTERNAL}, "local")
     return LocalOptions(
-        chaos=options.get("chaos"),
-        max_retry_per_task=DEFAULT_MAX_RETRY_PER_TASK if retry is None else retry,
-        workdir=Path(options["workdir"]) if options.get("workdir") else None,
-        report=Path(options["report"]) if options.get("report") else None,
-        progress=options.get("progress") or "auto",
+        chaos=opts["chaos"],
+        max_retry_per_task=opts["max_retry_per_task"],
+        workdir=opts["workdir"],
+        report=opts["report"],
+        progress=opts["progress"],
         stop_grace_s=float(options.get("stop_grace_s") or LocalOptions.stop_grace_s),
     )
 
@@ -55,13 +63,7 @@ def local_options(options: Mapping[str, Any]) -> LocalOptions:
 class LocalBackend(Backend):
     name = "local"
     lint_target = "local"
-    option_help: Mapping[str, str] = {
-        "chaos": "fault injection, e.g. 'kill:master@20s,exit:master=16@50s' or 'random:mtbf=30s,seed=1'",
-        "max_retry_per_task": f"RESCHEDULEs a task gets (default {DEFAULT_MAX_RETRY_PER_TASK}; "
-        "OSMO's pool default is 0)",
-        "workdir": f"where pods, logs and staged inputs go (default {DEFAULT_RUNS_DIR}/<run id>)",
-        "report": "write the JSON report (attempts, timeline events, derived numbers) here",
-    }
+    options = OPTIONS
 
     def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> LocalPlan:
         opts = local_options(options)
@@ -94,8 +96,12 @@ def execute(plan: LocalPlan) -> dict[str, Any]:
     report = build_report(plan, result, executor.timeline.events)
     for line in report_lines(report):
         progress.line(line)
-    path = plan.options.report or plan.workdir / "report.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    progress.line(f"report: {path}")
+    # The run directory always holds its report (``resched report RUN_DIR`` reads it);
+    # ``--report FILE`` writes a copy where the user asked.
+    text = json.dumps(report, indent=2, default=str) + "\n"
+    for path in dict.fromkeys((plan.workdir / "report.json", plan.options.report or plan.workdir / "report.json")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        progress.line(f"report: {path}")
+    progress.line(f"html: resched report {plan.workdir} --html {plan.workdir / 'report.html'}")
     return report

@@ -12,6 +12,9 @@ from workflows.backends.local.inject import inject
 from workflows.backends.local.taskrun import TaskRun
 from workflows.backends.local.timeline import Event, Timeline
 
+# a new attempt of a task's training: the wrapper's in-place retry or a new pod
+_RESTART = ("wrapper_attempt_started", "attempt_restarted")
+
 
 @dataclass(frozen=True)
 class Fired:
@@ -25,7 +28,14 @@ class ChaosDriver:
     Random faults come after exponential gaps (mean ``mtbf``) of training time: each gap
     starts at the first training step after the previous fault (or the first step of
     the run), so a fault hits a training that runs, and recovery time is not counted
-    as time between failures (as an MTBF is measured over uptime)."""
+    as time between failures (as an MTBF is measured over uptime).
+
+    A scripted ``Nckpt`` fault never fires while an earlier fault is still being
+    recovered (no restart followed by a training step yet): checkpoint uploads go on
+    during a recovery (a Megatron-style exit saves once more on its way out, a hung
+    peer's partner may still save), so a count alone would stack the next fault onto
+    the previous one's recovery and make the sequence a race. Uploads are still
+    counted meanwhile: the fault fires as soon as the recovery is over."""
 
     def __init__(self, plan: ChaosPlan, task_names: Sequence[str], timeline: Timeline, *,
                  stop_grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -38,6 +48,8 @@ class ChaosDriver:
         self.max_step = -1
         self.last_step_t = float("-inf")
         self.last_fired_t = float("-inf")
+        self._recovering = False  # a fault fired; no restart + step seen since
+        self._restarted = False
         self._rng = random.Random(plan.random.seed) if plan.random else None
         self._random_count = 0
         self._next_random: Fault | None = None
@@ -53,6 +65,10 @@ class ChaosDriver:
             self.uploads += 1
         elif event.kind == "step":
             self.last_step_t = event.t
+            if self._restarted:
+                self._recovering = self._restarted = False
+        elif event.kind in _RESTART and self._recovering and event.t >= self.last_fired_t:
+            self._restarted = True
 
     def _draw(self, after_s: float) -> Fault | None:
         assert self.plan.random is not None and self._rng is not None
@@ -64,7 +80,8 @@ class ChaosDriver:
     def _due(self, fault: Fault, elapsed: float) -> bool:
         if fault.at_s is not None:
             return elapsed >= fault.at_s
-        return fault.after_ckpt is not None and self.uploads >= fault.after_ckpt
+        return (fault.after_ckpt is not None and self.uploads >= fault.after_ckpt
+                and not self._recovering)
 
     def tick(self, runs: Mapping[str, TaskRun]) -> list[Fired]:
         """Fire every due fault whose target can be hit now."""
@@ -102,6 +119,7 @@ class ChaosDriver:
             wrapper_bypassed=injection.forced_exit_code is not None,
         )
         self.last_fired_t = event.t
+        self._recovering, self._restarted = True, False
         self.fired.append(Fired(fault, fault.task, injection.description))
         return True
 

@@ -1,6 +1,7 @@
-"""The local executor's runtime: groups in order, each with OSMO's group semantics.
+"""The local executor's runtime: the workflow DAG, each group with OSMO's group semantics.
 
-A group's tasks are staged first and then started together (the barrier). The loop
+Groups run as OSMO runs them: every group whose upstream groups (``inputs: - task:``)
+have completed starts at once, in parallel with the others. A group's tasks are staged first and then started together (the barrier). The loop
 then watches every run: a run that ends goes through exitActions (first match; then
 0 -> COMPLETED, else FAILED; RESCHEDULE while retry_id < --max-retry-per-task) and the
 group rules of section 6 (see :mod:`.semantics`). ``timeout.exec_timeout`` bounds each
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -24,10 +25,10 @@ from workflows.backends.local.chaos_driver import ChaosDriver
 from workflows.backends.local.inject import install_hook
 from workflows.backends.local.plan import LocalPlan, PlannedGroup, PlannedTask
 from workflows.backends.local.progress import Progress, TaskRow
-from workflows.backends.local.semantics import exit_decision, group_reaction
 from workflows.backends.local.staging import stage_input, upload_outputs
 from workflows.backends.local.taskrun import RunContext, TaskRun, start_run
 from workflows.backends.local.timeline import Timeline
+from workflows.osmo_runtime import exit_decision, group_reaction
 
 POLL_S = 0.05
 
@@ -44,6 +45,15 @@ class TaskState:
     @property
     def pod_dir(self) -> Path:
         return self.task.task_dir / f"pod-{self.retry_id}"
+
+
+@dataclass
+class GroupRun:
+    """A started group: its task states (the lead first) and when its barrier opened."""
+
+    group: PlannedGroup
+    states: list[TaskState]
+    started: float
 
 
 @dataclass(frozen=True)
@@ -83,14 +93,9 @@ class Executor:
         status, reason = "COMPLETED", ""
         previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
-            for group in self.plan.groups:
-                failed_deps = [d for d in group.depends_on if group_status.get(d) != "COMPLETED"]
-                if failed_deps:
-                    group_status[group.name] = "FAILED_UPSTREAM"
-                    continue
-                group_status[group.name], why = self._run_group(group)
-                if group_status[group.name] != "COMPLETED" and not reason:
-                    status, reason = "FAILED", f"group {group.name}: {why}"
+            for name, (group_result, why) in self._run_dag(group_status):
+                if group_result != "COMPLETED" and not reason:
+                    status, reason = "FAILED", f"group {name}: {why}"
         except (KeyboardInterrupt, Interrupted):
             status, reason = "CANCELED", "interrupted (Ctrl-C or SIGTERM): every task was stopped"
         finally:
@@ -101,6 +106,38 @@ class Executor:
         return RunResult(status, reason, started, self.timeline.clock(), group_status,
                          tuple(sorted(records, key=lambda r: r["started_at"])),
                          tuple(self.chaos.not_fired() if self.chaos else ()))
+
+    def _run_dag(self, group_status: dict[str, str]) -> Iterator[tuple[str, tuple[str, str]]]:
+        """OSMO's DAG: every group whose upstream groups completed runs now, in parallel
+        with the others; a group starts only after its upstream's outputs were uploaded
+        (``_end_group`` uploads them before the group counts as finished). A group whose
+        upstream did not complete never starts (FAILED_UPSTREAM)."""
+        groups = {g.name: g for g in self.plan.groups}
+        active: dict[str, GroupRun] = {}
+        while True:
+            for group in self.plan.groups:
+                if group.name in group_status or group.name in active:
+                    continue
+                if not all(d in group_status for d in group.depends_on):
+                    continue
+                failed = [d for d in group.depends_on if group_status[d] != "COMPLETED"]
+                if failed:
+                    group_status[group.name] = "FAILED_UPSTREAM"
+                    why = f"upstream group {', '.join(failed)} did not complete"
+                    self.timeline.add("group_skipped", group.name, reason=why)
+                    self.progress.line(f"{group.name}  SKIPPED  {why}")
+                    continue
+                active[group.name] = self._start_group(groups[group.name])
+            if not active:
+                return
+            self._tick()
+            for name, group_run in list(active.items()):
+                ended = self._step_group(group_run)
+                if ended is not None:
+                    del active[name]
+                    group_status[name] = ended[0]
+                    yield name, ended
+            self.sleep(POLL_S)
 
     def _prepare(self) -> None:
         workdir = self.plan.workdir
@@ -122,28 +159,30 @@ class Executor:
             self.progress.line("note: no mount namespace here; /tmp paths are rewritten "
                                "(single-task fallback, see docs/local-executor.md)")
 
-    def _run_group(self, group: PlannedGroup) -> tuple[str, str]:
+    def _start_group(self, group: PlannedGroup) -> GroupRun:
         states = [self.states[t.name] for t in group.tasks]
         states.sort(key=lambda s: not s.task.lead)  # the lead's exit is looked at first
+        after = f" after {', '.join(group.depends_on)}" if group.depends_on else ""
+        self.timeline.add("group_started", group.name, after=list(group.depends_on))
+        self.progress.line(f"{group.name}  GROUP    started{after}")
         for state in states:
             self._new_pod(state)
         for state in states:  # barrier: every task is staged before any starts
             self._start(state)
-        started = self.clock()
+        return GroupRun(group, states, self.clock())
+
+    def _step_group(self, group_run: GroupRun) -> tuple[str, str] | None:
+        """One look at a running group: its result once it has ended, else None."""
+        group, states = group_run.group, group_run.states
         timeout = self.plan.exec_timeout_s
-        while True:
-            self._tick()
-            if timeout is not None and self.clock() - started > timeout:
-                why = f"exec_timeout {timeout:g}s exceeded"
-                self._end_group(states, "FAILED", why)
-                return "FAILED", why
-            for state in states:
-                if state.run is not None and state.run.poll() is not None:
-                    ended = self._on_exit(state, group, states)
-                    if ended is not None:
-                        return ended
-                    break
-            self.sleep(POLL_S)
+        if timeout is not None and self.clock() - group_run.started > timeout:
+            why = f"exec_timeout {timeout:g}s exceeded"
+            self._end_group(states, "FAILED", why)
+            return "FAILED", why
+        for state in states:
+            if state.run is not None and state.run.poll() is not None:
+                return self._on_exit(state, group, states)
+        return None
 
     def _tick(self) -> None:
         runs = {name: s.run for name, s in self.states.items() if s.run is not None}
@@ -200,7 +239,7 @@ class Executor:
         assert run is not None
         run.finish()  # final checkpoint upload happens here, before anything restarts
         code = run.exit_code()
-        decision = exit_decision(state.task, code, retry_id=state.retry_id,
+        decision = exit_decision(state.task.exit_rules, code, retry_id=state.retry_id,
                                  max_retry_per_task=self.options.max_retry_per_task)
         reaction = group_reaction(is_lead=state.task.lead, action=decision.action,
                                   ignore_nonlead_status=group.ignore_nonlead_status)

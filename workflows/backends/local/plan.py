@@ -8,31 +8,44 @@ exitActions. ``materialize()`` prints it; the executor only follows it.
 
 from __future__ import annotations
 
-import base64
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 
+from workflows import osmo_runtime as rt
 from workflows.backends.base import Request
 from workflows.backends.taskfs import TaskFile, is_under_tmp
 from workflows.errors import SpecError
-from workflows.spec import Group, Task, Workflow, normalize_name, parse_code_list
+from workflows.spec import Group, Task, Workflow
 
 LOCAL_HOST = "127.0.0.1"
-_TOKEN = re.compile(r"{{(uuid|workflow_id|output|input:[^}]+|host:[^}]+)}}")
+_INPUT_FIX = "use {{input:N}} with N < the number of inputs, or a task listed under inputs"
 
 
 @dataclass(frozen=True)
 class PlannedInput:
-    """One ``inputs:`` entry: staged into ``dest`` when the task gets a (new) pod."""
+    """One ``inputs:`` entry (its OSMO rule): staged into ``dest`` when the task gets a new pod."""
 
-    index: int
-    kind: str  # "url" | "task"
-    source: str  # the url, or the producing task's name
-    regex: str | None
+    rule: rt.InputRule
     dest: Path
+
+    @property
+    def index(self) -> int:
+        return self.rule.index
+
+    @property
+    def kind(self) -> rt.InputKind:
+        return self.rule.kind
+
+    @property
+    def source(self) -> str:
+        return self.rule.source
+
+    @property
+    def regex(self) -> str | None:
+        return self.rule.regex
 
 
 @dataclass(frozen=True)
@@ -62,16 +75,13 @@ class PlannedTask:
     inputs: tuple[PlannedInput, ...]
     outputs: tuple[PlannedOutput, ...]
     checkpoints: tuple[PlannedCheckpoint, ...]
-    exit_actions: tuple[tuple[str, str], ...]  # (action, code list) in YAML order
+    exit_rules: rt.ExitRules  # parsed once, in YAML order (first match wins)
     task_dir: Path
     output_dir: Path
 
-    def exit_action(self, code: int) -> str | None:
+    def exit_action(self, code: int) -> rt.ExitAction | None:
         """OSMO: the first exitActions entry whose code list holds ``code``."""
-        for action, codes in self.exit_actions:
-            if any(code in r for r in parse_code_list(codes)):
-                return action
-        return None
+        return self.exit_rules.match(code)
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def _describe_task(task: PlannedTask) -> list[str]:
     lines += [f"    output -> {o.url}" for o in task.outputs]
     lines += [f"    checkpoint {c.path} -> {c.upload_url} every {c.frequency_s:g}s"
               for c in task.checkpoints]
-    lines += [f"    exitAction {action}: {codes}" for action, codes in task.exit_actions]
+    lines += [f"    exitAction {rule}" for rule in task.exit_rules.describe()]
     return lines
 
 
@@ -154,6 +164,8 @@ def _json_default(value: object) -> object:
         return str(value)
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
+    if isinstance(value, Enum):
+        return value.value
     raise TypeError(type(value).__name__)
 
 
@@ -162,9 +174,11 @@ def build_plan(
 ) -> LocalPlan:
     """Pure: resolve ``spec`` into the plan the executor follows."""
     groups = spec.task_groups()
-    owner = {normalize_name(t.name): g.name for g in groups for t in g.tasks}
+    dag = dag_of(spec)
+    names = tuple(t.name for t in spec.all_tasks())
     planned = tuple(
-        _plan_group(g, owner, run_id=run_id, workdir=workdir, base_dir=base_dir) for g in groups
+        _plan_group(g, dag.upstream[g.name], names, run_id=run_id, workdir=workdir, base_dir=base_dir)
+        for g in groups
     )
     notes = _not_emulated(spec)
     exec_timeout = spec.timeout.exec_timeout_s if spec.timeout else None
@@ -173,7 +187,7 @@ def build_plan(
         workflow_name=spec.name,
         run_id=run_id,
         workdir=workdir,
-        groups=_dependency_order(planned),
+        groups=tuple(next(p for p in planned if p.name == name) for name in dag.order()),
         exec_timeout_s=exec_timeout,
         options=options,
         not_emulated=notes,
@@ -192,37 +206,25 @@ def _not_emulated(spec: Workflow) -> tuple[str, ...]:
     return tuple(notes)
 
 
-def _dependency_order(groups: tuple[PlannedGroup, ...]) -> tuple[PlannedGroup, ...]:
-    """Spec order, except that a group runs after the groups it takes task inputs from."""
-    done: list[PlannedGroup] = []
-    pending = list(groups)
-    while pending:
-        ready = next((g for g in pending if set(g.depends_on) <= {d.name for d in done}), None)
-        if ready is None:
-            cycle = ", ".join(g.name for g in pending)
-            raise SpecError(f"groups {cycle} take task inputs from each other in a cycle",
-                            fix="make the data flow between groups one-directional")
-        done.append(ready)
-        pending.remove(ready)
-    return tuple(done)
+def dag_of(spec: Workflow) -> rt.WorkflowDag:
+    """The group DAG; a bad ``task:`` input is one SpecError naming its YAML path."""
+    try:
+        return rt.workflow_dag(spec)
+    except rt.DagError as error:
+        raise SpecError(str(error), where=error.path, fix=error.fix) from None
 
 
 def _plan_group(
-    group: Group, owner: Mapping[str, str], *, run_id: str, workdir: Path, base_dir: Path
+    group: Group, upstream: tuple[str, ...], names: tuple[str, ...], *, run_id: str, workdir: Path,
+    base_dir: Path,
 ) -> PlannedGroup:
-    tasks = tuple(_plan_task(t, group.name, run_id, workdir, base_dir) for t in group.tasks)
-    deps = {
-        owner[normalize_name(i.source.split(":")[-1])]
-        for t in tasks
-        for i in t.inputs
-        if i.kind == "task"
-    } - {group.name}
+    tasks = tuple(_plan_task(t, group.name, names, run_id, workdir, base_dir) for t in group.tasks)
     return PlannedGroup(
         name=group.name,
         ignore_nonlead_status=group.ignoreNonleadStatus,
         barrier=group.barrier,
         tasks=tasks,
-        depends_on=tuple(sorted(deps)),
+        depends_on=upstream,
     )
 
 
@@ -230,23 +232,22 @@ def task_dir_of(workdir: Path, task_name: str) -> Path:
     return workdir / "tasks" / task_name
 
 
-def _plan_task(task: Task, group: str, run_id: str, workdir: Path, base_dir: Path) -> PlannedTask:
+def _plan_task(task: Task, group: str, names: tuple[str, ...], run_id: str, workdir: Path,
+               base_dir: Path) -> PlannedTask:
     task_dir = task_dir_of(workdir, task.name)
-    inputs = tuple(
-        PlannedInput(
-            index=n,
-            kind="task" if item.task is not None else "url",
-            source=(item.task if item.task is not None else item.url) or "",
-            regex=item.regex,
-            dest=task_dir / "input" / str(n),
-        )
-        for n, item in enumerate(task.inputs)
-    )
-    values = _token_values(task, inputs, run_id, task_dir / "output")
+    inputs = tuple(PlannedInput(rule, task_dir / "input" / str(rule.index))
+                   for rule in rt.input_rules(task.inputs))
     where = f"task {task.name}"
 
+    def resolve(token: rt.Token) -> str:
+        if token.kind is rt.TokenKind.HOST and rt.host_task(token, names) is None:
+            raise SpecError(f"{token.text} names no task of this workflow", where=where,
+                            fix=f"use one of: {', '.join(names)}")
+        return _token_value(token, inputs, run_id=run_id, task=task.name,
+                            output_dir=task_dir / "output", where=where)
+
     def sub(text: str) -> str:
-        return substitute_tokens(text, values, where=where)
+        return rt.substitute(text, resolve)
 
     return PlannedTask(
         name=task.name,
@@ -258,7 +259,7 @@ def _plan_task(task: Task, group: str, run_id: str, workdir: Path, base_dir: Pat
         inputs=inputs,
         outputs=tuple(PlannedOutput(url=o.url, regex=o.regex) for o in task.outputs),
         checkpoints=tuple(_plan_checkpoint(c, where) for c in task.checkpoint),
-        exit_actions=tuple(task.exitActions.items()),
+        exit_rules=rt.ExitRules.of(task.exit_action_ranges()),
         task_dir=task_dir,
         output_dir=task_dir / "output",
     )
@@ -275,59 +276,72 @@ def _plan_checkpoint(entry: object, where: str) -> PlannedCheckpoint:
         )
     return PlannedCheckpoint(
         path=path,
-        upload_url=entry.upload_url,  # type: ignore[attr-defined]
+        upload_url=rt.checkpoint_upload_url(entry.url, path),  # type: ignore[attr-defined]
         frequency_s=entry.frequency_s,  # type: ignore[attr-defined]
         regex=entry.regex,  # type: ignore[attr-defined]
     )
 
 
+def read_localpath(base_dir: Path, localpath: str, where: str) -> bytes:
+    """The client-side part of ``localpath:``: the local file's bytes (relative to the spec)."""
+    source = base_dir / localpath
+    try:
+        return source.read_bytes()
+    except OSError as error:
+        raise SpecError(
+            f"files: localpath {source} cannot be read ({error.strerror})",
+            where=where,
+            fix="give a path relative to the workflow file's folder",
+        ) from None
+
+
 def _plan_file(entry: object, sub: object, base_dir: Path, where: str) -> TaskFile:
     path: str = entry.path  # type: ignore[attr-defined]
-    if entry.localpath is not None:  # type: ignore[attr-defined]
-        source = base_dir / entry.localpath  # type: ignore[attr-defined]
-        try:
-            text = source.read_text()
-        except OSError as error:
-            raise SpecError(
-                f"files: localpath {source} cannot be read ({error.strerror})",
-                where=f"{where} file {path}",
-                fix="give a path relative to the workflow file's folder",
-            ) from None
-        data = sub(text).encode()  # type: ignore[operator]
-    elif entry.base64:  # type: ignore[attr-defined]
-        data = base64.b64decode(entry.contents or "")  # type: ignore[attr-defined]
-    else:
-        data = sub(entry.contents or "").encode()  # type: ignore[attr-defined, operator]
+    local = entry.localpath  # type: ignore[attr-defined]
+    contents = rt.file_contents(
+        path, contents=entry.contents, is_base64=bool(entry.base64),  # type: ignore[attr-defined]
+        local_text=read_localpath(base_dir, local, f"{where} file {path}") if local is not None else None,
+    )
+    data = contents.data
+    if contents.substitute_tokens:
+        data = sub(data.decode("utf-8", errors="surrogateescape")).encode(  # type: ignore[operator]
+            "utf-8", errors="surrogateescape")
     return TaskFile(path=path, data=data)
 
 
-def _token_values(
-    task: Task, inputs: tuple[PlannedInput, ...], run_id: str, output_dir: Path
-) -> dict[str, str]:
-    values = {"workflow_id": run_id, "uuid": run_id, "output": str(output_dir)}
-    for item in inputs:
-        values[f"input:{item.index}"] = str(item.dest)
-        if item.kind == "task":
-            values.setdefault(f"input:{normalize_name(item.source.split(':')[-1])}", str(item.dest))
-    return values
+def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: str, task: str,
+                 output_dir: Path, where: str) -> str:
+    """A token's local value: staged paths, this run's id, and 127.0.0.1 for every host."""
+    if token.kind is rt.TokenKind.HOST:
+        return LOCAL_HOST
+    if token.kind is rt.TokenKind.WORKFLOW_ID:
+        return run_id
+    if token.kind is rt.TokenKind.UUID:  # OSMO: the task's uuid, the same for every retry
+        return f"{run_id}-{task}"
+    if token.kind is rt.TokenKind.OUTPUT:
+        return str(output_dir)
+    index = rt.input_token_key(token, [i.rule for i in inputs])
+    if index is None:
+        raise SpecError(
+            f"{token.text} names no input of this task",
+            where=where,
+            fix=_INPUT_FIX,
+        )
+    return str(inputs[index].dest)
 
 
 def substitute_tokens(text: str, values: Mapping[str, str], *, where: str) -> str:
-    """Replace OSMO's runtime tokens as OSMO does when it builds the pod."""
+    """Replace tokens from a ``{"input:0": ..., "output": ...}`` table (hosts -> 127.0.0.1)."""
 
-    def one(match: re.Match[str]) -> str:
-        token = match.group(1)
-        if token.startswith("host:"):
+    def one(token: rt.Token) -> str:
+        if token.kind is rt.TokenKind.HOST:
             return LOCAL_HOST
-        key = token
-        if token.startswith("input:") and not token[6:].isdigit():
-            key = "input:" + normalize_name(token[6:])
+        key = str(token.kind)
+        if token.kind is rt.TokenKind.INPUT:
+            key = "input:" + (token.argument if token.input_index is not None
+                              else rt.normalize_name(token.argument))
         if key not in values:
-            raise SpecError(
-                f"{{{{{token}}}}} names no input of this task",
-                where=where,
-                fix="use {{input:N}} with N < the number of inputs, or a task listed under inputs",
-            )
+            raise SpecError(f"{token.text} names no input of this task", where=where, fix=_INPUT_FIX)
         return values[key]
 
-    return _TOKEN.sub(one, text)
+    return rt.substitute(text, one)

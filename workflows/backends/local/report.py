@@ -1,4 +1,4 @@
-"""From the timeline to the numbers: per-fault recovery, ETTR and the Young/Daly bound.
+"""From the timeline to the numbers: per-fault recovery, ETTR and the Young/Daly model.
 
 Per injected fault (recovery-math.md): t_fault -> t_detect (first failure seen by a
 wrapper or the executor) -> decision -> restart -> checkpoint restored -> first new
@@ -7,10 +7,12 @@ D = t_detect - t_fault, time to resume R = t_first_new_step - t_detect, lost ste
 step before the fault - restored step.
 
 ETTR = useful training time / wall time, with useful time = new steps of the final
-model x the median step time. The bound is Young/Daly's 1 - W(tau*), W(tau*) =
-sqrt(2 delta / M) + (D + R) / M, with delta the measured blocking checkpoint cost
-(the training's ``save_s``), M the observed mean time between faults (wall / faults)
-and D, R the measured means.
+model x the median step time, all read from the task that made the final model. The
+Young/Daly figures (:mod:`workflows.recovery_math`) are what the first-order model
+predicts for the measured MTBF (wall / faults), checkpoint cost delta (the training's
+``save_s``), D and R, at the checkpoint interval the run used and at Young's optimum.
+They are a model, not an upper bound: the upper bound on this machine is the same run
+without faults, compared in :mod:`workflows.backends.local.ettr`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from workflows import recovery_math
 from workflows.backends.local.timeline import Event
+from workflows.recovery_math import ettr
 
 _DETECT = ("wrapper_failure_detected", "failure_detected")
 _DECIDE = ("wrapper_decision", "decision")
@@ -88,41 +92,100 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return round(statistics.fmean(real), 3) if real else None
 
 
+def reference_task(events: Sequence[Event]) -> str | None:
+    """The task whose steps make the final model: the one that printed the last step.
+
+    Every number of the run (step time, useful time, checkpoint cost and interval) is
+    read from this one task, so parallel tasks never count the same wall time twice.
+    """
+    last = next((e for e in reversed(events) if e.kind == "step"), None)
+    return last.task if last is not None else None
+
+
+def checkpoint_interval(events: Sequence[Event], task: str | None) -> float | None:
+    """Median time between two checkpoints of one attempt (saves, else uploads)."""
+    for kind in ("checkpoint_saved", "checkpoint_uploaded"):
+        marks = [e for e in events if e.kind == kind and e.task == task]
+        gaps = [b.t - a.t for a, b in itertools.pairwise(marks)
+                if b.fields.get("attempt") == a.fields.get("attempt") and b.t > a.t]
+        if gaps:
+            return statistics.median(gaps)
+    return None
+
+
 def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
-    steps = [e for e in events if e.kind == "step"]
-    gaps = [b.t - a.t for a, b in itertools.pairwise(steps)
-            if b.fields["step"] == a.fields["step"] + 1 and b.task == a.task]
+    task = reference_task(events)
+    steps = [e for e in events if e.kind == "step" and e.task == task]
+    gaps = [b.t - a.t for a, b in itertools.pairwise(steps) if b.fields["step"] == a.fields["step"] + 1]
     step_s = statistics.median(gaps) if gaps else None
-    saves = [e.fields["save_s"] for e in events if e.kind == "checkpoint_saved" and "save_s" in e.fields]
+    saves = [e.fields["save_s"] for e in events
+             if e.kind == "checkpoint_saved" and "save_s" in e.fields and e.task == task]
     uploads = [e.fields["seconds"] for e in events if e.kind == "checkpoint_uploaded"]
     delta = statistics.median(saves) if saves else (statistics.median(uploads) if uploads else None)
     first_step = min((s.fields["step"] for s in steps), default=None)
     final_step = steps[-1].fields["step"] if steps else None
-    useful = (final_step - max(0, first_step - 1)) * step_s if step_s and final_step is not None \
+    useful_steps = final_step - max(0, first_step - 1) if final_step is not None \
         and first_step is not None else None
+    useful = useful_steps * step_s if step_s and useful_steps is not None else None
     detect, resume = _mean([f["detection_s"] for f in faults]), _mean([f["resume_s"] for f in faults])
+    started = next((e.t for e in events if e.kind == "run_started"), None)
+    # a step line marks the END of its step: the first step's own compute is not start-up
+    startup = max(0.0, steps[0].t - (step_s or 0.0) - started) if started is not None and steps else None
     metrics: dict[str, Any] = {
         "wall_s": round(wall_s, 3), "faults": len(faults), "steps": final_step,
-        "step_s": _round(step_s), "useful_s": _round(useful),
-        "ettr": _round(useful / wall_s) if useful and wall_s > 0 else None,
+        "reference_task": task, "useful_steps": useful_steps,
+        "step_s": _round(step_s), "useful_s": _round(useful), "startup_s": _round(startup),
+        "ettr": _round(ettr(useful, wall_s)) if useful and wall_s > 0 else None,
         "checkpoint_cost_s": _round(delta), "checkpoint_cost_source": "save_s" if saves else "upload",
+        "checkpoint_interval_s": _round(checkpoint_interval(events, task)),
         "checkpoints_saved": len(saves), "checkpoint_uploads": len(uploads),
         "detection_s": detect, "resume_s": resume,
         "lost_steps": sum(f.get("lost_steps") or 0 for f in faults),
+        "first_step_t": steps[0].t if steps else None,
+        "faults_before_first_step": sum(1 for f in faults if steps and f["t_fault"] < steps[0].t),
     }
-    metrics.update(young_daly(delta, wall_s, len(faults), detect, resume))
+    metrics.update(young_daly(delta, wall_s, len(faults), detect, resume,
+                              interval_s=metrics["checkpoint_interval_s"], startup_s=startup))
     return metrics
 
 
+# The Young/Daly figures are read as predictions only when MTBF >= this x (interval + D + R).
+MODEL_RANGE = 10.0
+
+
 def young_daly(delta: float | None, wall_s: float, faults: int, detect: float | None,
-               resume: float | None) -> dict[str, Any]:
-    """tau* = sqrt(2 delta M); bound = 1 - (sqrt(2 delta / M) + (D + R) / M)."""
-    if not faults or delta is None or wall_s <= 0:
-        return {"mtbf_s": None, "tau_opt_s": None, "ettr_bound": None}
-    mtbf = wall_s / faults
-    waste = math.sqrt(2 * delta / mtbf) + ((detect or 0.0) + (resume or 0.0)) / mtbf
-    return {"mtbf_s": round(mtbf, 3), "tau_opt_s": round(math.sqrt(2 * delta * mtbf), 3),
-            "ettr_bound": round(max(0.0, 1 - waste), 4)}
+               resume: float | None, *, interval_s: float | None = None,
+               startup_s: float | None = None) -> dict[str, Any]:
+    """What the Young/Daly model predicts for this run's MTBF: a model, not a bound.
+
+    ``ettr_model_used`` uses the checkpoint interval the run had, ``ettr_model_optimal``
+    Young's tau* = sqrt(2 delta M); both with the measured D and R, and both scaled by
+    the share of the wall time after start-up (the model knows no start-up), so they
+    compare with the measured ETTR. The upper bound is a fault-free run (``--baseline``).
+    """
+    out: dict[str, Any] = {"mtbf_s": None, "tau_opt_s": None, "tau_daly_s": None, "model_in_range": None,
+                           "ettr_model_used": None, "ettr_model_optimal": None,
+                           "waste_model_used": None, "waste_model_optimal": None}
+    if not faults or not delta or wall_s <= 0:
+        return out
+    m = wall_s / faults
+    steady = max(0.0, wall_s - (startup_s or 0.0)) / wall_s
+    d, r = detect or 0.0, resume or 0.0
+    best = recovery_math.optimal_waste(delta, m, d, r)
+    out.update(mtbf_s=round(m, 3), tau_opt_s=round(best.interval_s, 3),
+               tau_daly_s=round(recovery_math.daly_interval(delta, m), 3),
+               ettr_model_optimal=round(best.ettr * steady, 4), waste_model_optimal=_parts(best))
+    # first order means failures are rare against an interval plus a recovery
+    out["model_in_range"] = m >= MODEL_RANGE * ((interval_s or best.interval_s) + d + r)
+    if interval_s:
+        used = recovery_math.waste(interval_s, delta, m, d, r)
+        out.update(ettr_model_used=round(used.ettr * steady, 4), waste_model_used=_parts(used))
+    return out
+
+
+def _parts(waste: recovery_math.Waste) -> dict[str, float]:
+    return {"interval_s": round(waste.interval_s, 3), "checkpoint": round(waste.checkpoint, 4),
+            "lost_work": round(waste.lost_work, 4), "recovery": round(waste.recovery, 4)}
 
 
 def _round(value: float | None) -> float | None:
@@ -138,7 +201,11 @@ def duration_text(seconds: float) -> str:
 
 
 def summary_line(status: str, metrics: dict[str, Any]) -> str:
-    """``COMPLETED in 3m12s: 1 fault, detection 0.1 s, resume 1.4 s, ETTR 0.93 (bound 0.95)``."""
+    """``COMPLETED in 1m05s: 3 faults, detection 0.5 s, resume 4.2 s, ETTR 0.65 (model 0.70, ...)``.
+
+    The model figures are Young/Daly predictions for the measured MTBF, named as such:
+    the measured ETTR may exceed them (the model is first order), so never "bound".
+    """
     faults = metrics["faults"]
     parts = [f"{faults} fault" + ("" if faults == 1 else "s")]
     if metrics.get("detection_s") is not None:
@@ -146,6 +213,12 @@ def summary_line(status: str, metrics: dict[str, Any]) -> str:
     if metrics.get("resume_s") is not None:
         parts.append(f"resume {metrics['resume_s']:.1f} s")
     if metrics.get("ettr") is not None:
-        bound = metrics.get("ettr_bound")
-        parts.append(f"ETTR {metrics['ettr']:.2f}" + (f" (bound {bound:.2f})" if bound is not None else ""))
+        model = []
+        if metrics.get("ettr_model_used") is not None:
+            model.append(f"{metrics['ettr_model_used']:.2f} at ckpt every "
+                         f"{metrics['checkpoint_interval_s']:.1f} s")
+        if metrics.get("ettr_model_optimal") is not None:
+            model.append(f"{metrics['ettr_model_optimal']:.2f} at optimum {metrics['tau_opt_s']:.1f} s")
+        parts.append(f"ETTR {metrics['ettr']:.2f}"
+                     + (f" (Young/Daly model {', '.join(model)})" if model else ""))
     return f"{status} in {duration_text(metrics['wall_s'])}: " + ", ".join(parts)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from workflows.backends.local.ettr import ettr_lines, time_breakdown
 from workflows.backends.local.plan import LocalPlan
-from workflows.backends.local.report import duration_text, fault_metrics, run_metrics, summary_line
+from workflows.backends.local.report import fault_metrics, run_metrics, summary_line
 from workflows.backends.local.timeline import Event
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ def build_report(plan: LocalPlan, result: RunResult, events: Sequence[Event]) ->
     wall = result.ended_at - result.started_at
     faults = fault_metrics(events)
     metrics = run_metrics(events, faults, wall)
-    attempts = [_attempt_detail(a, events) for a in result.attempts]
+    attempts = [attempt_detail(a, events) for a in result.attempts]
     checksums = [e.fields["checksum"] for e in events if e.kind == "final_checksum"]
     return {
         "run_id": plan.run_id,
@@ -53,7 +54,7 @@ def _with_derived_events(events: Sequence[Event], faults: list[dict[str, Any]]) 
     return sorted(out, key=lambda e: e["t"])
 
 
-def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str, Any]:
+def attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str, Any]:
     """Add the checkpoint steps seen during this attempt to its record."""
     mine = [e for e in events if e.task == record["task"] and e.fields.get("attempt") == record["attempt"]]
     steps = [e.fields["step"] for e in mine if e.kind == "step"]
@@ -62,10 +63,16 @@ def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str
     uploads = [e.fields.get("step") for e in events if e.task == record["task"]
                and e.kind == "checkpoint_uploaded"
                and record["started_at"] <= e.t <= record["ended_at"] + 1e-3]
+    # A training that does not say where it resumed (no resched-train line): the step of
+    # the checkpoint staged into this pod (the marker's, else its framework's files).
+    staged = [e.fields["step"] for e in events if e.task == record["task"]
+              and e.kind == "inputs_staged" and e.fields.get("step") is not None
+              and e.fields.get("retry_id") == record.get("retry_id")
+              and e.t <= record["started_at"] + 1e-3]
     return {
         **record,
         "wall_s": round(record["ended_at"] - record["started_at"], 3),
-        "resumed_from_step": resumed[0] if resumed else None,
+        "resumed_from_step": resumed[0] if resumed else (staged[-1] if staged else None),
         "first_step": steps[0] if steps else None,
         "last_step": steps[-1] if steps else None,
         "checkpoints_saved": saved,
@@ -73,30 +80,9 @@ def _attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str
     }
 
 
-def time_breakdown(events: Sequence[Event], faults: list[dict[str, Any]],
-                   metrics: dict[str, Any]) -> dict[str, float | None]:
-    """Where the wall time went (seconds); ``other`` is what none of the rest explains."""
-    wall = metrics["wall_s"]
-    step_s = metrics.get("step_s") or 0.0
-    started = next((e.t for e in events if e.kind == "run_started"), None)
-    first_step = next((e.t for e in events if e.kind == "step"), None)
-    parts: dict[str, float | None] = {
-        "startup": round(first_step - started, 3) if started and first_step else None,
-        "useful_steps": metrics.get("useful_s"),
-        "checkpoint_saves": round(sum(e.fields.get("save_s", 0.0) for e in events
-                                      if e.kind == "checkpoint_saved"), 3),
-        "detection": round(sum(f["detection_s"] or 0.0 for f in faults), 3),
-        "restart_to_first_step": round(sum(f["resume_s"] or 0.0 for f in faults), 3),
-        "recomputed_lost_steps": round(metrics.get("lost_steps", 0) * step_s, 3),
-    }
-    known = sum(v for v in parts.values() if v)
-    parts["other"] = round(wall - known, 3)
-    return parts
-
-
 def report_lines(report: dict[str, Any]) -> list[str]:
     lines = ["", f"run {report['run_id']}: {report['status']}"
-             + (f" ({report['reason']})" if report["reason"] else "")]
+             + (f" ({report['reason']})" if report.get("reason") else "")]
     lines.append(f"{'task':<12} {'att':>3} {'pod':>3} {'start':>7} {'end':>7} {'exit':>5}  "
                  f"{'action':<10} {'status':<10} {'wrapper':<28} ckpt steps")
     t0 = report["started_at"]
@@ -107,21 +93,28 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"saved {a['checkpoints_saved'][-1]} " if a["checkpoints_saved"] else "") + (
             f"uploaded {a['checkpoints_uploaded'][-1]}" if a["checkpoints_uploaded"] else "")
         lines.append(
-            f"{a['task']:<12} {a['attempt']:>3} {a['retry_id']:>3} {a['started_at'] - t0:>6.1f}s "
-            f"{a['ended_at'] - t0:>6.1f}s {a['exit_code']:>5}  {a['action'] or '-':<10} "
-            f"{a['status']:<10} {said[:28]:<28} {ckpt.strip() or '-'}")
-    for f in report["faults"]:
-        lines.append(
-            f"fault {f['spec']}: detected {_s(f['detection_s'])}, resumed {_s(f['resume_s'])} later, "
-            f"lost {f.get('lost_steps', '?')} steps (step {f['step_before']} -> restored "
-            f"{f['restored_step']}), decision {f.get('decision') or '?'}")
-    for spec in report["chaos_not_fired"]:
+            f"{a['task']:<12} {a['attempt']!s:>3} {a.get('retry_id')!s:>3} {a['started_at'] - t0:>6.1f}s "
+            f"{a['ended_at'] - t0:>6.1f}s {a.get('exit_code')!s:>5}  {a.get('action') or '-':<10} "
+            f"{a.get('status')!s:<10} {said[:28]:<28} {ckpt.strip() or '-'}")
+    lines.extend(_fault_line(f) for f in report["faults"])
+    for spec in report.get("chaos_not_fired") or []:
         lines.append(f"fault {spec}: not injected (its task was not running at that time)")
-    breakdown = ", ".join(f"{k} {v:.1f}s" for k, v in report["time_breakdown"].items() if v)
-    lines.append(f"time: {duration_text(report['metrics']['wall_s'])} = {breakdown}")
-    if report["final_checksum"]:
+    lines.extend(ettr_lines(report["metrics"], report["time_breakdown"], report.get("baseline")))
+    if report.get("final_checksum"):
         lines.append(f"final checksum {report['final_checksum']}")
     return lines
+
+
+def _fault_line(fault: dict[str, Any]) -> str:
+    if fault["step_before"] is None:
+        what = "before the first training step"
+    elif fault["interrupted"]:
+        what = f"at step {fault['step_before']}; the next fault came before it resumed"
+    else:
+        what = (f"resumed {_s(fault['resume_s'])} later, lost {fault.get('lost_steps', '?')} steps "
+                f"(step {fault['step_before']} -> restored {fault['restored_step']})")
+    return (f"fault {fault['spec']}: detected {_s(fault['detection_s'])}, {what}, "
+            f"decision {fault.get('decision') or '?'}")
 
 
 def _s(value: float | None) -> str:

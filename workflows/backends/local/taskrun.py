@@ -25,8 +25,8 @@ from workflows.backends.local.inject import EXIT_DIR_ENV
 from workflows.backends.local.plan import PlannedCheckpoint, PlannedTask
 from workflows.backends.local.timeline import Timeline, parse_line
 from workflows.errors import BackendError
+from workflows.osmo_runtime import CheckpointSchedule
 
-UPLOAD_ATTEMPTS = 5  # OSMO retries a failed checkpoint upload up to 5 times
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,19 @@ class CheckpointTimer:
         self._stop = sleep_event or threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"ckpt-{task}", daemon=True)
         self._lock = threading.Lock()  # one upload at a time (the final one waits)
+        self._warned: set[str] = set()
 
     def start(self) -> None:
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.entry.frequency_s):
+        # OSMO's schedule (osmo_runtime.CheckpointSchedule): one period after start, then
+        # one period after the previous upload ENDED; the final upload runs in stop().
+        schedule = CheckpointSchedule(self.entry.frequency_s)
+        due = schedule.first_due(time.monotonic())
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             self.upload(final=False)
+            due = schedule.next_due(time.monotonic())
 
     def stop(self) -> None:
         """Stop the timer and run the final upload (the command has exited)."""
@@ -65,30 +71,32 @@ class CheckpointTimer:
         self.upload(final=True)
 
     def upload(self, *, final: bool) -> None:
-        from wrapper.checkpoint.marker import read_marker
-        from wrapper.checkpoint.store import CheckpointStore
+        """One upload with OSMO's semantics (wrapper.checkpoint.osmo_upload): whatever the
+        task writes, marker or not; the final one uploads what is there."""
+        from wrapper.checkpoint.layouts import inspect_layout
+        from wrapper.checkpoint.osmo_upload import UploadKind, upload_checkpoint
 
         with self._lock:
-            if read_marker(self.local_dir) is None:
-                self.timeline.add("checkpoint_upload_skipped", self.task, final=final,
-                                  reason=f"no complete checkpoint in {self.entry.path} yet")
-                return
-            error = ""
-            for _ in range(UPLOAD_ATTEMPTS):
-                started = time.monotonic()
-                try:
-                    result = CheckpointStore(self.entry.upload_url).publish(self.local_dir)
-                except Exception as exc:  # noqa: BLE001 - OSMO retries any upload failure
-                    error = f"{type(exc).__name__}: {exc}"
-                    time.sleep(0.2)  # e.g. the training is still writing: let it settle
-                    continue
+            for warning in inspect_layout(self.local_dir).warnings:
+                if warning not in self._warned:
+                    self._warned.add(warning)
+                    self.timeline.add("checkpoint_warning", self.task, warning=warning)
+            outcome = upload_checkpoint(self.local_dir, self.entry.upload_url, final=final,
+                                        regex=self.entry.regex)
+            if outcome.kind is UploadKind.UPLOADED:
+                assert outcome.result is not None
                 self.timeline.add(
-                    "checkpoint_uploaded", self.task, final=final, step=result.step,
-                    changed=result.changed, seconds=round(time.monotonic() - started, 4),
-                    url=self.entry.upload_url,
+                    "checkpoint_uploaded", self.task, final=final, step=outcome.result.step,
+                    changed=outcome.result.changed, seconds=round(outcome.seconds, 4),
+                    url=self.entry.upload_url, files=outcome.result.files,
                 )
-                return
-            self.timeline.add("checkpoint_upload_failed", self.task, final=final, error=error)
+            elif outcome.kind is UploadKind.SKIPPED:
+                reason = outcome.reason.replace(str(self.local_dir), self.entry.path)
+                self.timeline.add("checkpoint_upload_skipped", self.task, final=final,
+                                  reason=reason)
+            else:
+                self.timeline.add("checkpoint_upload_failed", self.task, final=final,
+                                  error=outcome.reason)
 
 
 @dataclass

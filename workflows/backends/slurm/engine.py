@@ -65,11 +65,17 @@ prepare_task() { # task: $RUN_DIR/tasks/<task>/{launch.sh, tmp/, input/N/, outpu
     local dir="$RUN_DIR/tasks/$1"
     mkdir -p "$dir/tmp" "$dir/input" "$dir/output"
     if [ -d "$BUNDLE/files/$1" ]; then
-        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir"
+        RESCHED_TASK_DIR="$dir" RESCHED_TASK_UUID="$SLURM_JOB_ID-$1" helper materialize "$BUNDLE/files/$1" "$dir" || return 1
+    fi
+    if [ -d "$BUNDLE/verbatim/$1" ]; then # base64 files: written as they are, no tokens
+        helper materialize "$BUNDLE/verbatim/$1" "$dir" --verbatim || return 1
     fi
 }
-stage_input() { # task index url: OSMO downloads inputs whenever a task (re)starts
-    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2"
+stage_input() { # task index url [regex]: OSMO downloads inputs whenever a task (re)starts
+    helper stage "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
+}
+stage_task_input() { # task index published-outputs-dir [regex]: a task: input (upstream job)
+    helper stage-dir "$3" "$RUN_DIR/tasks/$1/input/$2" "${@:4}"
 }
 write_launch_scripts
 for task in "${TASKS[@]}"; do
@@ -86,30 +92,39 @@ declare -A TASK_OF_PID
 start_task() { # task
     local task=$1 dir="$RUN_DIR/tasks/$1" node=${NODE_OF[$1]}
     RESCHED_TASK_DIR="$dir" RESCHED_NODE="$node" RESCHED_TASK_UUID="$SLURM_JOB_ID-$task" \
+        RESCHED_STOP_SIGNAL="$STOP_SIGNAL" RESCHED_STOP_BROADCAST=1 \
         srun --nodes=1 --ntasks=1 --overlap --nodelist="$node" --job-name="$task" \
         --kill-on-bad-exit=0 --output="$dir/task.log" \
         bash "$RUN_DIR/private-tmp.sh" "$dir/tmp" "${SHARED_PATHS[@]}" -- bash "$dir/launch.sh" &
     TASK_OF_PID[$!]=$task
     say "task $task started on $node (log: $dir/task.log)"
+    start_checkpoint_timers "$task" "$!" # they end with their final upload (stop_tasks waits)
 }
 for task in "${TASKS[@]}"; do start_task "$task"; done
 
 # --- grace signal: Slurm sends it before the time limit (tests: scancel --batch --signal) ---
 # Forwarded to every task: the wrapper checkpoints and stops; the job then requeues for free.
 GRACE_RECEIVED=0
+# Slurm delivers a step's signal to EVERY process of the step, the training too, so the
+# tasks get the stop signal they save on (STOP_SIGNAL), not the grace signal: a training
+# that only handles SIGTERM would die unsaved on USR1. The wrappers know the training got
+# it already (RESCHED_STOP_BROADCAST) and do not send it twice.
 forward_grace() {
     GRACE_RECEIVED=1
-    say "got SIG$GRACE_SIGNAL: asking every task to checkpoint and stop"
-    local pid
-    for pid in "${!TASK_OF_PID[@]}"; do kill -s "$GRACE_SIGNAL" "$pid" 2>/dev/null; done
+    say "got SIG$GRACE_SIGNAL: asking every task to checkpoint and stop (SIG$STOP_SIGNAL)"
+    local pid step
+    for pid in "${!TASK_OF_PID[@]}"; do
+        step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' | awk -v t="${TASK_OF_PID[$pid]}" '$2 == t {print $1}')
+        if [ -n "$step" ]; then scancel --signal="$STOP_SIGNAL" "$step" 2>/dev/null
+        else kill -s "$GRACE_SIGNAL" "$pid" 2>/dev/null; fi
+    done
 }
 trap forward_grace "$GRACE_SIGNAL"
 
-# --- wait: the group's result, decided as OSMO decides it --------------------------------
-#   the lead ends           -> the group takes the lead's result; the other tasks stop
-#   a non-lead RESCHEDULE   -> the whole group requeues (Slurm cannot move one step alone)
-#   a non-lead FAIL         -> the group fails if IGNORE_NONLEAD_STATUS is false, else ignored
-#   a non-lead COMPLETE     -> keep waiting for the lead
+# --- wait: the group's result, decided as OSMO decides it (group_reaction above) ----------
+#   end      -> the group takes this task's result; the other tasks stop
+#   requeue  -> the whole group requeues (Slurm cannot move one step alone)
+#   wait     -> keep waiting (a non-lead completed, or failed with ignoreNonleadStatus)
 RESULT="" RESULT_TASK="" RESULT_CODE=""
 while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
     running=" $(jobs -rp | tr '\n' ' ') " # (polling instead of `wait -n -p`: bash >= 4 is enough)
@@ -120,9 +135,11 @@ while [ -z "$RESULT" ] && [ "${#TASK_OF_PID[@]}" -gt 0 ]; do
         task=${TASK_OF_PID[$pid]}
         unset "TASK_OF_PID[$pid]"
         action=$(exit_action "$task" "$code")
-        say "task $task exited $code -> $action"
-        if [ "$task" = "$LEAD" ] || [ "$action" = RESCHEDULE ] ||
-            { [ "$action" = FAIL ] && [ "$IGNORE_NONLEAD_STATUS" = false ]; }; then
+        role=nonlead
+        [ "$task" = "$LEAD" ] && role=lead
+        reaction=$(group_reaction "$role" "$action")
+        say "task $task exited $code -> $action ($reaction)"
+        if [ "$reaction" != wait ]; then
             RESULT=$action RESULT_TASK=$task RESULT_CODE=$code
             break
         fi
@@ -152,7 +169,7 @@ stop_tasks
 
 # --- node exclusion: Slurm accepts ExcNodeList only while the job is pending, i.e. right
 #     after `scontrol requeue` (the job cannot start again before this script has ended) ---
-exclude_node() { # node
+exclude_node() { # node[,node...]
     local current wanted total
     current=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*ExcNodeList=\([^ ]*\).*/\1/p')
     [ "$current" = "(null)" ] && current=""
@@ -177,8 +194,17 @@ OUTCOME="$RUN_DIR/tasks/$RESULT_TASK/outcome.json" # the wrapper's final record,
 if [ -f "$OUTCOME" ]; then
     say "$RESULT_TASK's wrapper: $(helper describe "$OUTCOME")"
 fi
+# A downstream job (sbatch --dependency=afterok on this one) stages its task: inputs from
+# $JOB_ROOT/outputs/<task>: each task's {{output}} folder, published when the group completed.
+publish_task_outputs() {
+    local task
+    for task in "${TASKS[@]}"; do
+        mkdir -p "$JOB_ROOT/outputs/$task" && cp -a "$RUN_DIR/tasks/$task/output/." "$JOB_ROOT/outputs/$task/" || return 1
+    done
+}
 if [ "$RESULT" = COMPLETE ]; then
     upload_outputs || { record FAIL - 0 "could not upload the outputs"; exit 1; }
+    publish_task_outputs || { record FAIL - 0 "could not publish the task outputs"; exit 1; }
     record COMPLETE "$RESULT_TASK" "$RESULT_CODE" "lead completed"
     say "COMPLETED: task $RESULT_TASK exited $RESULT_CODE"
     exit 0
@@ -193,8 +219,8 @@ if [ "$RESULT" = RESCHEDULE ]; then
     SPENT=${SPENT:-0}
     if ((SPENT < MAX_RETRY_PER_TASK)); then
         EXCLUDE=""
-        if [ -f "$OUTCOME" ] && [ "$(helper field "$OUTCOME" exclude_node)" = true ]; then
-            EXCLUDE=$(helper field "$OUTCOME" node)
+        if [ -f "$OUTCOME" ]; then # the wrapper's node if marked, NVRx straggler nodes
+            EXCLUDE=$(helper exclusions "$OUTCOME")
         fi
         record RESCHEDULE "$RESULT_TASK" "$RESULT_CODE" "exitActions RESCHEDULE ($((SPENT + 1))/$MAX_RETRY_PER_TASK)"
         say "REQUEUED: task $RESULT_TASK exited $RESULT_CODE (RESCHEDULE $((SPENT + 1))/$MAX_RETRY_PER_TASK)"

@@ -13,10 +13,10 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from workflows import osmo_runtime as rt
 from workflows.backends.slurm.engine import BATCH_ENGINE
 from workflows.backends.slurm.tasks import env_suffix, launch_script
-from workflows.errors import BackendError
-from workflows.spec import Group, Task, Workflow, url_scheme
+from workflows.spec import Group, Task, Workflow, normalize_name, url_scheme
 
 DEFAULT_MAX_RETRY_PER_TASK = 3
 STOP_TIMEOUT_S = 30  # how long stopped tasks get before SIGKILL (checkpoint upload time)
@@ -33,12 +33,13 @@ class SlurmOptions:
     tasks_per_node: int = 1
     grace_s: int = 60
     grace_signal: str = "USR1"
+    stop_signal: str = "TERM"  # what the tasks get on the grace signal (resched wrap --stop-signal)
     max_retry_per_task: int = DEFAULT_MAX_RETRY_PER_TASK
 
 
 def ordered_tasks(group: Group) -> tuple[Task, ...]:
     """The lead first (it starts first and decides), then the others in spec order."""
-    return (group.lead_task, *(t for t in group.tasks if not t.lead))
+    return rt.lead_first(group.tasks)  # type: ignore[return-value]
 
 
 def job_name(spec: Workflow, group: Group) -> str:
@@ -93,7 +94,7 @@ def intro(spec: Workflow, group: Group, options: SlurmOptions) -> list[str]:
         "#    and every task gets its checkpoint back through its inputs; a node that the wrapper",
         "#    marked as bad is added to the job's ExcNodeList, so the next run lands elsewhere;",
         f"#  - Slurm sends SIG{options.grace_signal} {options.grace_s} s before the time limit (--signal below);",
-        "#    it is forwarded to the tasks, they checkpoint and stop, and the job requeues",
+        f"#    the tasks get SIG{options.stop_signal} instead (the signal they save on), checkpoint and stop; the job requeues",
         "#    without spending the failure budget.",
         "# Lines starting with #SBATCH are sbatch options (--requeue allows the requeue).",
     ]
@@ -115,12 +116,12 @@ def settings(spec: Workflow, group: Group, options: SlurmOptions, bundle: str) -
         f"TASK_VARS=({' '.join(env_suffix(t.name) for t in tasks)}) # {{{{host:T}}}} -> $RESCHED_HOST_<T>",
         f"LEAD={q(group.lead_task.name)}",
         f"TASKS_PER_NODE={options.tasks_per_node}",
-        f"IGNORE_NONLEAD_STATUS={'true' if group.ignoreNonleadStatus else 'false'} # the group's ignoreNonleadStatus",
         "# RESCHEDULEs this job may take after failures (OSMO's pool setting max_retry_per_task;",
         "# OSMO's own default is 0, which makes RESCHEDULE do nothing). Grace-signal requeues",
         "# do not count. Counted in allocations.log, not SLURM_RESTART_COUNT, for that reason.",
         f"MAX_RETRY_PER_TASK={options.max_retry_per_task}",
         f"GRACE_SIGNAL={options.grace_signal}",
+        f"STOP_SIGNAL={options.stop_signal} # the tasks get this one (the signal they save on)",
         f"STOP_TIMEOUT_S={STOP_TIMEOUT_S} # stopped tasks get this long to upload a checkpoint",
         'RESCHED_PYTHON="${RESCHED_PYTHON:-python3}" # a Python with resched installed (in-job helpers)',
         "# Paths that tasks must see inside their private /tmp (shared storage, file:// stores):",
@@ -151,6 +152,11 @@ def local_path(url: str) -> str | None:
     return None
 
 
+def upstream_job_variable(group_name: str) -> str:
+    """The variable ``resched submit`` exports (sbatch --export) with an upstream group's job id."""
+    return f"RESCHED_JOB_OF_{env_suffix(group_name)}"
+
+
 def exit_action_function(tasks: tuple[Task, ...]) -> list[str]:
     lines = [
         "",
@@ -161,16 +167,43 @@ def exit_action_function(tasks: tuple[Task, ...]) -> list[str]:
     ]
     for task in tasks:
         checks = []
-        for action, ranges in task.exit_action_ranges():
+        for rule in rt.ExitRules.of(task.exit_action_ranges()).rules:
             tests = " || ".join(
                 f"code == {r.low}" if r.low == r.high else f"(code >= {r.low} && code <= {r.high})"
-                for r in ranges
+                for r in rule.ranges
             )
-            checks.append(f"        if (({tests})); then echo {action}; return; fi")
+            checks.append(f"        if (({tests})); then echo {rule.action}; return; fi")
         lines.append(f"    {shlex.quote(task.name)})")
         lines.extend(checks or ["        : # no exitActions"])
         lines.append("        ;;")
     lines += ["    esac", "    if ((code == 0)); then echo COMPLETE; else echo FAIL; fi", "}"]
+    return lines
+
+
+def group_reaction_function(group: Group) -> list[str]:
+    """OSMO's group rules (:func:`workflows.osmo_runtime.group_reaction`) as a bash table
+    for this group's ignoreNonleadStatus: what one task's exit action does to the job."""
+    lines = [
+        "",
+        "# --- the group's rules (OSMO section 6, from osmo_runtime.group_reaction): what one",
+        "#     task's exit does: end the group, requeue it (a reschedule), or wait for more ---",
+        f"group_reaction() {{ # lead|nonlead action (this group: ignoreNonleadStatus "
+        f"{'true' if group.ignoreNonleadStatus else 'false'})",
+        '    case "$1:$2" in',
+    ]
+    for role in ("lead", "nonlead"):
+        for action in rt.ExitAction:
+            reaction = rt.group_reaction(is_lead=role == "lead", action=action,
+                                         ignore_nonlead_status=group.ignoreNonleadStatus)
+            if reaction.group_status is not None:
+                verdict = "end"
+            elif reaction.new_pod or reaction.restart_others:
+                verdict = "requeue"
+            else:
+                verdict = "wait"
+            slurm = "; on Slurm the whole job requeues" if verdict == "requeue" else ""
+            lines.append(f"    {role}:{action}) echo {verdict} ;; # OSMO: {reaction.reason}{slurm}")
+    lines += ["    esac", "}"]
     return lines
 
 
@@ -191,7 +224,7 @@ def launch_functions(group: Group, tasks: tuple[Task, ...], where: str) -> list[
     return lines
 
 
-def input_functions(tasks: tuple[Task, ...], where: str) -> list[str]:
+def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
     stage = [
         "",
         "# --- inputs: downloaded into the task's input/N at every (re)start ---",
@@ -203,23 +236,55 @@ def input_functions(tasks: tuple[Task, ...], where: str) -> list[str]:
         "upload_outputs() {",
     ]
     for task in tasks:
-        for index, item in enumerate(task.inputs):
-            if item.url is None or item.regex is not None:
-                raise BackendError(
-                    f"task {task.name!r} input {index}: only url inputs without regex are supported",
-                    where=where,
-                    fix="use inputs: [{url: ...}] (task inputs across jobs are not supported on Slurm)",
-                )
-            stage.append(
-                f"    stage_input {shlex.quote(task.name)} {index} {shlex.quote(item.url)} || return 1"
-            )
+        for rule in rt.input_rules(task.inputs):
+            regex = f" {shlex.quote(rule.regex)}" if rule.regex is not None else ""
+            head = f"{shlex.quote(task.name)} {rule.index}"
+            if rule.kind is rt.InputKind.URL:
+                stage.append(f"    stage_input {head} {shlex.quote(rule.source)}{regex} || return 1")
+                continue
+            # task: input -> the upstream job (a --dependency=afterok of this one) published it
+            group = spec.group_of(rule.source)
+            wanted = normalize_name(rule.source)
+            producer = next(t.name for t in group.tasks if normalize_name(t.name) == wanted)
+            variable = upstream_job_variable(group.name)
+            source = f'"$WORKDIR/${{{variable}:?set by resched submit}}/outputs/{producer}"'
+            stage.append(f"    stage_task_input {head} {source}{regex} || return 1")
         for output in task.outputs:
-            upload.append(
-                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)} || return 1'
-            )
+            regex = f" {shlex.quote(output.regex)}" if output.regex is not None else ""
+            url = shlex.quote(output.url)
+            upload.append(f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {url}{regex} || return 1')
     stage += ["    return 0", "}"]
     upload += ["    return 0", "}"]
     return stage + upload
+
+
+def checkpoint_functions(tasks: tuple[Task, ...]) -> list[str]:
+    """OSMO's checkpoint runtime for every task, whatever its command (``resched wrap`` or
+    not): a timer beside the task's step, on the host side of its private /tmp."""
+    lines = [
+        "",
+        "# --- checkpoint: per entry, an upload one period after start, then one period after",
+        "#     the previous upload ended, and a final one after the task ended (any exit) ---",
+        "start_checkpoint_timers() { # task pid",
+        "    case $1 in",
+    ]
+    for task in tasks:
+        if not task.checkpoint:
+            continue
+        lines.append(f"    {shlex.quote(task.name)})")
+        for entry in task.checkpoint:
+            relative = rt.private_relative(entry.path)
+            if relative:  # the task's /tmp/<relative>, seen from the host side
+                host = f'"$RUN_DIR/tasks/{task.name}/tmp/"' + shlex.quote(relative)
+            else:
+                host = shlex.quote(entry.path.rstrip("/") or "/")
+            upload_url = rt.checkpoint_upload_url(entry.url, entry.path)
+            lines.append(
+                f'        helper checkpoint-timer "$2" {host} {shlex.quote(upload_url)} '
+                f"{shlex.quote(f'{entry.frequency_s:g}')} {shlex.quote(entry.regex or '')} &")
+        lines.append("        ;;")
+    lines += ["    esac", "}"]
+    return lines
 
 
 def group_script(
@@ -233,8 +298,10 @@ def group_script(
         "",
         *settings(spec, group, options, bundle),
         *exit_action_function(tasks),
+        *group_reaction_function(group),
         *launch_functions(group, tasks, where),
-        *input_functions(tasks, where),
+        *input_functions(spec, tasks),
+        *checkpoint_functions(tasks),
         "",
         BATCH_ENGINE.rstrip("\n"),
     ]

@@ -21,11 +21,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from workflows import osmo_runtime as rt
 from workflows.backends.slurm.tokens import TOKEN, env_suffix
 from workflows.errors import BackendError
-from workflows.spec import Group, Task, normalize_name
+from workflows.spec import Group, Task
 
-PRIVATE_ROOT = "/tmp"  # the part of a task's filesystem that is its own (OSMO: the pod's)
+PRIVATE_ROOT = rt.PRIVATE_ROOT  # the part of a task's filesystem that is its own (OSMO: the pod's)
 
 
 def host_variable(task_name: str) -> str:
@@ -34,48 +35,55 @@ def host_variable(task_name: str) -> str:
 
 @dataclass(frozen=True)
 class TokenMap:
-    """Which tokens a task may use: the group's task names and the task's input count."""
+    """Which tokens a task may use: the group's task names and the task's inputs."""
 
     group_tasks: tuple[str, ...]
-    input_count: int
+    inputs: tuple[rt.InputRule, ...]
     where: str
 
-    def variable_for(self, token: str) -> str:
+    def variable_for(self, token: rt.Token) -> str:
         """The shell expression a token stands for (``${...}``)."""
-        if token == "workflow_id":
+        if token.kind is rt.TokenKind.WORKFLOW_ID:
             return "${SLURM_JOB_ID}"
-        if token == "uuid":
+        if token.kind is rt.TokenKind.UUID:
             return "${RESCHED_TASK_UUID}"
-        if token == "output":
+        if token.kind is rt.TokenKind.OUTPUT:
             return "${RESCHED_TASK_DIR}/output"
-        kind, _, name = token.partition(":")
-        if kind == "input":
-            return f"${{RESCHED_TASK_DIR}}/input/{self._input_index(name)}"
-        known = {normalize_name(t): t for t in self.group_tasks}
-        if normalize_name(name) not in known:
+        if token.kind is rt.TokenKind.INPUT:
+            return f"${{RESCHED_TASK_DIR}}/input/{self.input_index(token)}"
+        host = rt.host_task(token, self.group_tasks)
+        if host is None:
             raise BackendError(
-                f"{{{{host:{name}}}}} names no task of this group",
+                f"{token.text} names no task of this group",
                 where=self.where,
                 fix="the Slurm backend runs one job per group; use a task of the same group "
                 f"({', '.join(self.group_tasks)})",
             )
-        return "${" + host_variable(known[normalize_name(name)]) + "}"
+        return "${" + host_variable(host) + "}"
 
-    def _input_index(self, name: str) -> int:
-        if not name.isdigit():
+    def input_index(self, token: rt.Token) -> int:
+        index = rt.input_token_key(token, self.inputs)
+        if index is None:
             raise BackendError(
-                f"{{{{input:{name}}}}}: the Slurm backend maps inputs by index only",
+                f"{token.text} but the task has {len(self.inputs)} input(s)"
+                + ("" if token.input_index is not None else f" and none from task {token.argument}"),
                 where=self.where,
-                fix="write {{input:N}} with N the position of the entry under inputs:",
-            )
-        index = int(name)
-        if index >= self.input_count:
-            raise BackendError(
-                f"{{{{input:{index}}}}} but the task has {self.input_count} input(s)",
-                where=self.where,
-                fix="add the input under inputs: or fix the index",
+                fix="add the input under inputs: or fix the index / task name",
             )
         return index
+
+    def canonical(self, text: str) -> str:
+        """``text`` with ``{{input:<task>}}`` written as ``{{input:N}}`` (checked here, at
+        submit time) so that the in-job helper only maps indices and known names."""
+
+        def one(token: rt.Token) -> str:
+            if token.kind is rt.TokenKind.INPUT:
+                return rt.Token(rt.TokenKind.INPUT, str(self.input_index(token))).text
+            if token.kind is rt.TokenKind.HOST:
+                self.variable_for(token)  # an unknown host fails now, not in the job
+            return token.text
+
+        return rt.substitute(text, one)
 
 
 def shell_word(text: str, tokens: TokenMap) -> str:
@@ -84,7 +92,7 @@ def shell_word(text: str, tokens: TokenMap) -> str:
     position = 0
     for match in TOKEN.finditer(text):
         parts.append(_escape_double_quoted(text[position : match.start()]))
-        parts.append(tokens.variable_for(match.group(1)))
+        parts.append(tokens.variable_for(rt.parse_token(match.group(1))))
         position = match.end()
     parts.append(_escape_double_quoted(text[position:]))
     word = "".join(parts)
@@ -99,7 +107,7 @@ def _escape_double_quoted(text: str) -> str:
 
 def token_map(group: Group, task: Task, where: str) -> TokenMap:
     return TokenMap(
-        group_tasks=tuple(t.name for t in group.tasks), input_count=len(task.inputs), where=where
+        group_tasks=tuple(t.name for t in group.tasks), inputs=rt.input_rules(task.inputs), where=where
     )
 
 
@@ -117,7 +125,7 @@ def backend_environment(task: Task, where: str) -> dict[str, str]:
         # OSMO writes a directory under its base name: path /tmp/models, url X -> X/models,
         # which is what an input of X/models downloads after a requeue.
         env["RESCHED_CHECKPOINT_DIR"] = shlex.quote(entry.path)
-        env["RESCHED_CHECKPOINT_URL"] = shlex.quote(entry.upload_url)
+        env["RESCHED_CHECKPOINT_URL"] = shlex.quote(rt.checkpoint_upload_url(entry.url, entry.path))
         env["RESCHED_SYNC_EVERY"] = shlex.quote(f"{entry.frequency_s:g}")
     return env
 
@@ -155,11 +163,12 @@ def _env_name(name: str, where: str) -> str:
 
 def file_bundle_path(path: str, where: str) -> str:
     """Where a ``files:`` entry lives inside the task directory (its private /tmp)."""
-    if path != PRIVATE_ROOT and not path.startswith(PRIVATE_ROOT + "/"):
+    relative = rt.private_relative(path)
+    if not relative:
         raise BackendError(
             f"file {path!r} is outside /tmp; the Slurm backend gives each task a private /tmp "
             "only (the rest of the node's filesystem is shared)",
             where=where,
             fix="put task files under /tmp/, e.g. /tmp/job/" + path.rsplit("/", 1)[-1],
         )
-    return "tmp/" + path[len(PRIVATE_ROOT) + 1 :]
+    return "tmp/" + relative

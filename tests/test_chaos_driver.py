@@ -1,0 +1,87 @@
+"""The chaos driver's schedule: when a scripted ``Nckpt`` fault fires relative to the
+uploads and to the previous fault's recovery (no processes: injection is replaced)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from workflows.backends.local import chaos_driver
+from workflows.backends.local.chaos import parse_chaos
+from workflows.backends.local.chaos_driver import ChaosDriver
+from workflows.backends.local.inject import Injection
+from workflows.backends.local.timeline import Timeline
+
+TASKS = ["master", "worker_1"]
+
+
+@dataclass
+class FakeRun:
+    """What the driver reads of a task run; injection itself is replaced below."""
+
+    token: str = "t"
+    pid: int = 1
+    exit_dir: Path | None = None
+    attempt: int = 0
+    finished: bool = False
+    forced_exit_code: int | None = None
+    kill_at: float | None = None
+
+    def poll(self) -> int | None:
+        return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def driver(monkeypatch: pytest.MonkeyPatch) -> tuple[ChaosDriver, Timeline, Clock]:
+    monkeypatch.setattr(chaos_driver, "inject",
+                        lambda fault, **_: Injection(f"{fault.kind} injected", (1,)))
+    clock = Clock()
+    timeline = Timeline(clock=clock)
+    plan = parse_chaos("exit:master=16@3ckpt,term:master@4ckpt", TASKS)
+    return ChaosDriver(plan, TASKS, timeline, stop_grace_s=5, clock=clock), timeline, clock
+
+
+def _upload(timeline: Timeline, clock: Clock, step: int) -> None:
+    clock.now += 1
+    timeline.add("checkpoint_uploaded", "master", step=step, seconds=0.1)
+
+
+def test_next_ckpt_fault_waits_for_the_previous_recovery(driver) -> None:  # type: ignore[no-untyped-def]
+    chaos, timeline, clock = driver
+    runs = {"master": FakeRun(), "worker_1": FakeRun()}
+    for step in (10, 20, 30):
+        _upload(timeline, clock, step)
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["exit"]
+    # the exiting rank's last save is uploaded before anyone saw the exit: it counts as
+    # the 4th upload, but the SIGTERM must not land on a recovery still under way
+    _upload(timeline, clock, 33)
+    assert chaos.tick(runs) == []
+    clock.now += 1
+    timeline.add("step", "master", step=34)  # a straggling line of the dying attempt
+    assert chaos.tick(runs) == []
+    clock.now += 1
+    timeline.add("attempt_restarted", "master", mode="reschedule")
+    assert chaos.tick(runs) == []  # restarted, not yet training
+    clock.now += 1
+    timeline.add("step", "master", step=34)
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["term"]
+
+
+def test_uploads_of_no_newer_step_do_not_count(driver) -> None:  # type: ignore[no-untyped-def]
+    chaos, timeline, clock = driver
+    runs = {"master": FakeRun(), "worker_1": FakeRun()}
+    for step in (10, 10, 20, 20):
+        _upload(timeline, clock, step)
+    assert chaos.tick(runs) == []
+    _upload(timeline, clock, 30)
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["exit"]
