@@ -37,7 +37,9 @@ def test_bad_slow_items_are_one_clear_error(item: str) -> None:
     assert item.split(",")[0] in str(error.value) or "slow" in str(error.value)
 
 
-COUNTER = "import sys, time\nn = 0\nwhile True:\n    n += 1\n    open(sys.argv[1], 'w').write(str(n))\n    time.sleep(0.005)\n"
+# CPU-bound, like a training step: a duty cycle slows work, not a sleep (whose timer runs on)
+COUNTER = ("import sys\nn = 0\nwhile True:\n    n += 1\n    sum(range(20000))\n"
+           "    open(sys.argv[1], 'w').write(str(n))\n")
 
 
 def start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:

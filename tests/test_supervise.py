@@ -200,7 +200,8 @@ def test_a_rank_in_a_session_of_its_own_is_killed_when_its_launcher_exits(
 
 def test_hang_kill_reaches_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
     script = _spawn_stubborn_grandchild(tmp_path)
-    run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5, hang=HangSettings(fixed_s=0.5))
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5,
+                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert run.hung
     assert not pid_alive(grandchild)
@@ -214,7 +215,7 @@ def test_a_hung_group_gets_the_short_hang_grace_not_the_preemption_grace(
     burn the allocation. The pytest timeout fails the test if the long grace is used."""
     script = _spawn_stubborn_grandchild(tmp_path)
     run, _, _ = supervise([str(script)], tmp_path, grace_s=3600.0, hang_grace_s=0.5,
-                          hang=HangSettings(fixed_s=0.5))
+                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert run.hung
     assert not pid_alive(grandchild)
@@ -294,7 +295,8 @@ def test_no_process_of_the_group_survives_any_path(tmp_path: Path) -> None:
 
     supervisor = Recording(
         [str(script)], env=child_env(), feed_text=Collected(), relay=SignalRelay(),
-        options=SuperviseOptions(grace_s=0.3, hang=HangSettings(fixed_s=0.5), poll_s=0.02,
+        options=SuperviseOptions(grace_s=0.3, poll_s=0.02,
+                                 hang=HangSettings(fixed_s=0.5, startup_s=0.5),
                                  stdout_fd=os.open(os.devnull, os.O_WRONLY),
                                  stderr_fd=os.open(os.devnull, os.O_WRONLY)),
     )
@@ -347,7 +349,8 @@ def test_an_exception_in_the_watch_loop_still_kills_the_group(tmp_path: Path) ->
 
     supervisor = Supervisor(
         [str(script)], env=child_env(), feed_text=Collected(), relay=SignalRelay(),
-        options=SuperviseOptions(grace_s=0.3, hang=HangSettings(fixed_s=0.3), poll_s=0.02,
+        options=SuperviseOptions(grace_s=0.3, poll_s=0.02,
+                                 hang=HangSettings(fixed_s=0.3, startup_s=0.3),
                                  stdout_fd=os.open(os.devnull, os.O_WRONLY),
                                  stderr_fd=os.open(os.devnull, os.O_WRONLY)),
         on_hang=broken_hang_report,
@@ -401,7 +404,8 @@ def test_a_stopped_command_is_continued_so_it_can_handle_sigterm(tmp_path: Path)
         f"trap 'echo graceful > {tmp_path}/graceful; exit 0' TERM\n"
         "echo working\nkill -STOP $$\nsleep 600\n"
     ))
-    run, _, _ = supervise([str(script)], tmp_path, grace_s=5.0, hang=HangSettings(fixed_s=0.5))
+    run, _, _ = supervise([str(script)], tmp_path, grace_s=5.0,
+                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
     assert run.hung
     assert (tmp_path / "graceful").read_text() == "graceful\n"
     assert run.exit_code == 0  # it shut down by itself, no SIGKILL needed

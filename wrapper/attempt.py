@@ -267,7 +267,8 @@ class AttemptRunner:
             calibrated_hang_timeout=calibrated, command=tuple(self.config.command),
             artifacts_dir=str(artifacts),
             extra={"leftover_processes_killed": run.leftover_processes_killed,
-                   "unscanned_lines": run.unscanned_lines, **stop_extra,
+                   "unscanned_lines": run.unscanned_lines,
+                   "unscanned_bytes": run.unscanned_bytes, **stop_extra,
                    **(nvrx.record_fields() if nvrx is not None else {}),
                    **({"nvrx_timeouts": dict(ft_timeouts)} if ft_timeouts else {}),
                    "explain_command": self._explain_command(run, artifacts, evidence)},
@@ -302,6 +303,15 @@ class _ScanFeed:
                 self.heartbeat_file.touch()
         if "attempts left" in text:
             self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
+
+    def skip_lines(self, count: int, stream: str) -> None:
+        """Lines forwarded unscanned (an output burst): only the line count moves."""
+        skip = getattr(self.scanner, "skip_lines", None)
+        if skip is not None:
+            skip(count, stream)
+        else:
+            for _ in range(count):
+                self.scanner.feed("", stream)
 
 
 def _mtime(path: Path | None) -> int | None:

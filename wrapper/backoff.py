@@ -15,7 +15,6 @@ generator's state: the same history gives the same decision (tests, ``resched cl
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -49,6 +48,8 @@ class Backoff:
 
 def _unit(text: str) -> float:
     """A stable number in [-1, 1) from ``text``."""
+    import hashlib  # here, not at the top: loading OpenSSL costs every CLI start ~10-25 ms
+
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**63 - 1.0
 

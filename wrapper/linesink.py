@@ -14,7 +14,11 @@ forwarded and set aside; when the burst
 ends (or at EOF) the last ``BURST_KEEP_BYTES`` of it are scanned, which is where a
 crash's traceback and the launcher's failure summary are. Lines dropped from the
 middle of a burst are still counted (line numbers stay right) and reported as
-``unscanned_lines``.
+``unscanned_lines`` / ``unscanned_bytes``; one chunk in every ``SAMPLE_EVERY_BYTES`` of
+a long burst is scanned anyway (a sample of what scrolled by). Memory stays flat
+whatever the output's shape: the burst keeps at most ``BURST_KEEP_BYTES``, a line at
+most ``MAX_LINE_BYTES``, and skipped lines only advance a counter (``SkipLines``),
+never build a string.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ TAIL_LINE_CHARS = 4096
 BURST_PENDING_BYTES = 256 * 1024
 BURST_KEEP_BYTES = 4 * 1024 * 1024
 BURST_QUIET_S = 0.05
+SAMPLE_EVERY_BYTES = 64 * 1024 * 1024
+# Without a SkipLines callback, skipped lines reach the scanner as this many empty lines
+# at a time: bounded memory for a feed that can only count newlines.
+_SKIP_BATCH_LINES = 64 * 1024
 PIPE_BYTES = 1024 * 1024
 # 64 KiB reads overlap reading with the command's writing; 1 MiB reads measured slower.
 _READ_SIZE = 64 * 1024
@@ -42,6 +50,8 @@ _F_SETPIPE_SZ = 1031
 # Receives whole lines, each ended by "\n" (LineScanner.feed_text's convention: the line
 # count is the number of newlines), and the stream name.
 FeedText = Callable[[str, str], None]
+# Advances a stream's line count by this many lines that were not scanned.
+SkipLines = Callable[[int, str], None]
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -73,12 +83,14 @@ class LineSink:
     """A pump thread: read ``source_fd`` -> write ``target_fd`` -> feed lines."""
 
     def __init__(
-        self, stream: str, source_fd: int, target_fd: int, feed: FeedText, tail_lines: int
+        self, stream: str, source_fd: int, target_fd: int, feed: FeedText, tail_lines: int,
+        skip: SkipLines | None = None,
     ) -> None:
         self.stream = stream
         self._source_fd = source_fd
         self._target_fd = target_fd
         self._feed = feed
+        self._skip_lines = skip
         self._tail_lines = tail_lines
         self._tail_blocks: deque[tuple[bytes, int]] = deque()
         self._tail_count = 0
@@ -90,6 +102,9 @@ class LineSink:
         self._burst_bytes = 0
         self.lines_seen = 0  # read by the watch loop as output progress
         self.unscanned_lines = 0
+        self.unscanned_bytes = 0
+        self.sampled_chunks = 0
+        self._since_sample = 0
         self._unfed_lines = 0
         self._thread = threading.Thread(target=self._pump, name=f"resched-{stream}", daemon=True)
 
@@ -156,10 +171,17 @@ class LineSink:
         while self._burst_bytes - len(self._burst[0]) >= BURST_KEEP_BYTES:
             oldest = self._burst.popleft()
             self._burst_bytes -= len(oldest)
-            self._skip(oldest)
+            self._since_sample += len(oldest)
+            if self._since_sample >= SAMPLE_EVERY_BYTES:
+                self._since_sample = 0
+                self.sampled_chunks += 1
+                self._split(oldest)  # in order, so its line numbers are right
+            else:
+                self._skip(oldest)
 
     def _skip(self, chunk: bytes) -> None:
         """Count the lines of a chunk that will not be scanned (cheap: no decode, no copy)."""
+        self.unscanned_bytes += len(chunk)
         if self._skipping:
             newline = chunk.find(b"\n")
             if newline < 0:
@@ -174,8 +196,10 @@ class LineSink:
             else:
                 self._carry += chunk
             return
-        # No tail bookkeeping: the burst's last BURST_KEEP_BYTES are scanned (and kept
-        # for the tail) when it ends, so a skipped chunk never reaches the tail.
+        # The burst's last BURST_KEEP_BYTES are scanned (and kept for the tail) when it
+        # ends; lines before a skipped chunk would only make the tail lie about a gap.
+        self._tail_blocks.clear()
+        self._tail_count = 0
         self._count_unscanned(complete)
         self._carry = chunk[chunk.rfind(b"\n") + 1:]
 
@@ -187,9 +211,22 @@ class LineSink:
     def _feed_unfed_lines(self) -> None:
         # Unscanned lines still advance the scanner's line numbers, in order, before the
         # next scanned block: as empty lines, which match no rule (one byte each).
-        if self._unfed_lines and self._scanning:
-            self._safe_feed("\n" * self._unfed_lines)
-        self._unfed_lines = 0
+        # A counter when the feed can skip; else bounded batches of empty lines, never one
+        # string of them all (a burst of `yes` is half a billion lines per GiB).
+        unfed, self._unfed_lines = self._unfed_lines, 0
+        if not unfed or not self._scanning:
+            return
+        if self._skip_lines is not None:
+            try:
+                self._skip_lines(unfed, self.stream)
+            except Exception as error:  # noqa: BLE001 - forwarding must go on regardless
+                self._stop_scanning(error)
+            return
+        batch = "\n" * min(unfed, _SKIP_BATCH_LINES)
+        while unfed > 0 and self._scanning:
+            take = min(unfed, _SKIP_BATCH_LINES)
+            self._safe_feed(batch if take == len(batch) else batch[:take])
+            unfed -= take
 
     def _scan_burst(self) -> None:
         while self._burst:
@@ -235,6 +272,10 @@ class LineSink:
     def _keep_for_tail(self, block: bytes, count: int) -> None:
         # Raw blocks, decoded only when the tail is asked for: no per-line work here.
         blocks = self._tail_blocks
+        if count == 1 and len(block) > TAIL_LINE_CHARS * 4:
+            # The tail shows a line's first TAIL_LINE_CHARS only: keep no more (UTF-8
+            # takes at most 4 bytes a character), so 200 long lines stay small.
+            block = block[:TAIL_LINE_CHARS * 4] + b"\n"
         blocks.append((block, count))
         self._tail_count += count
         while len(blocks) > 1 and self._tail_count - blocks[0][1] >= self._tail_lines:
@@ -244,6 +285,9 @@ class LineSink:
         try:
             self._feed(text, self.stream)
         except Exception as error:  # noqa: BLE001 - forwarding must go on regardless
-            self._scanning = False
-            self._write_note(f"resched: warning: log scanning of {self.stream} stopped: "
-                             f"{type(error).__name__}: {error}\n")
+            self._stop_scanning(error)
+
+    def _stop_scanning(self, error: Exception) -> None:
+        self._scanning = False
+        self._write_note(f"resched: warning: log scanning of {self.stream} stopped: "
+                         f"{type(error).__name__}: {error}\n")

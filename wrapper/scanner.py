@@ -66,6 +66,10 @@ class LineScanner:
             return None
         return self._match_line(line.rstrip("\r\n"), stream, lineno)
 
+    def skip_lines(self, count: int, stream: str = "stdout") -> None:
+        """Advance ``stream``'s line count past ``count`` lines that were not scanned."""
+        self._lines[stream] = self._lines.get(stream, 0) + count
+
     def feed_text(self, text: str, stream: str = "stdout") -> int:
         """Scan a block of whole lines at once (same result as feeding each line).
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wrapper.hang import HangDetector, HangSettings
-from wrapper.linesink import LineSink
+from wrapper.linesink import LineSink, SkipLines
 from wrapper.procgroup import (
     become_subreaper,
     forget_group,
@@ -110,6 +110,7 @@ class SupervisedRun:
     stderr_tail: tuple[str, ...]
     leftover_processes_killed: int  # group members still alive after the child exited
     unscanned_lines: int = 0  # forwarded and counted, but not scanned (output bursts)
+    unscanned_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ class Supervisor:
         self.on_hang = on_hang
         self._feed_lock = threading.Lock()
         self._feed_text = feed_text
+        # A feed that can count skipped lines without scanning them keeps memory flat.
+        self._skip_text: SkipLines | None = getattr(feed_text, "skip_lines", None)
         self.hang_detector: HangDetector | None = None
         self._sweep_grace_s = options.grace_s
 
@@ -189,6 +192,7 @@ class Supervisor:
             launch_error=None, stdout_tail=sinks[0].tail(), stderr_tail=sinks[1].tail(),
             leftover_processes_killed=leftovers,
             unscanned_lines=sinks[0].unscanned_lines + sinks[1].unscanned_lines,
+            unscanned_bytes=sinks[0].unscanned_bytes + sinks[1].unscanned_bytes,
         )
 
     def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
@@ -207,15 +211,21 @@ class Supervisor:
 
     def _start_pumps(self, proc: subprocess.Popen[bytes]) -> tuple[LineSink, LineSink]:
         assert proc.stdout is not None and proc.stderr is not None
+        skip = self._skip if self._skip_text is not None else None
         sinks = (
             LineSink("stdout", proc.stdout.fileno(), self.options.stdout_fd,
-                     self._feed, self.options.tail_lines),
+                     self._feed, self.options.tail_lines, skip),
             LineSink("stderr", proc.stderr.fileno(), self.options.stderr_fd,
-                     self._feed, self.options.tail_lines),
+                     self._feed, self.options.tail_lines, skip),
         )
         for sink in sinks:
             sink.start()
         return sinks
+
+    def _skip(self, count: int, stream: str) -> None:
+        with self._feed_lock:
+            assert self._skip_text is not None
+            self._skip_text(count, stream)
 
     def _feed(self, text: str, stream: str) -> None:
         # Both pumps feed the one scanner; it counts lines per stream and orders hits.

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 import click
+from click.utils import make_default_short_help
 
 from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
@@ -40,6 +41,28 @@ _COMMAND_MODULES = {
     "simulate": "workflows.cli.simulate_cmd",
 }
 
+# command name -> its one-line summary, so `resched --help` lists the commands without
+# importing every area (pydantic, Jinja, fsspec: most of the start-up time). A test keeps
+# each summary equal to the command's own docstring summary.
+COMMAND_SUMMARIES = {
+    'checkpoint': ('Publish, restore, list and verify checkpoints in a store '
+                   '(a path or fsspec URL).'),
+    'classify': 'Diagnose a failed run from its saved log, exit code and error files.',
+    'init': 'Copy the shipped template NAME (and the files it uploads) into DIRECTORY.',
+    'lint': 'Check FILE for resilience mistakes before GPU hours are spent.',
+    'logs': "The batch script's log and the task logs of Slurm job JOB_ID.",
+    'render': "Print the workflow exactly as OSMO's server renders it.",
+    'report': ('Show the report of a finished `resched run` '
+               '(RUN_DIR is its --workdir or report.json).'),
+    'run': "Run FILE on this machine with OSMO's runtime semantics (the local executor).",
+    'status': ("State, restarts, every run's result and the last outcome record of "
+               "Slurm job JOB_ID."),
+    'submit': 'Validate, lint and submit FILE to a backend (local runs it here).',
+    'templates': 'List the shipped workflow templates.',
+    'validate': 'Render FILE, validate it as an OSMO v2 spec, and lint it.',
+    'wrap': 'Run CMD, classify how it ended, and retry / reschedule / abort.',
+}
+
 
 
 def _debug_requested(ctx: click.Context | None) -> bool:
@@ -55,6 +78,24 @@ def _debug_requested(ctx: click.Context | None) -> bool:
 class _ReschedGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(_COMMAND_MODULES) | set(self.commands))
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            summary = COMMAND_SUMMARIES.get(name)
+            if summary is None or name in self.commands:  # not lazy: ask the command
+                command = self.get_command(ctx, name)
+                if command is None or command.hidden:
+                    continue
+                rows.append((name, command.get_short_help_str(limit)))
+            else:
+                rows.append((name, make_default_short_help(summary, limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.commands:

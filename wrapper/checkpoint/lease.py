@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
+from wrapper.checkpoint import conditional
 from wrapper.checkpoint.errors import CheckpointBusyError
 from wrapper.checkpoint.storefs import StoreFS
 
@@ -140,45 +141,12 @@ def writer_lease(store: StoreFS, *, wall_clock: Callable[[], float] = time.time
         lease.release()
 
 
-def _conditional(store: StoreFS) -> bool:
-    """Whether the store's backend takes S3's conditional-write headers."""
-    protocol = getattr(store.fs, "protocol", ())
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    return not store.is_local and any(p in ("s3", "s3a") for p in protocols)
-
-
 def _put_if(store: StoreFS, data: bytes, **condition: str) -> bool | None:
-    """Write the lease under a condition: True written, False refused (412), None when
-    the backend has no conditional writes."""
-    if not _conditional(store):
-        return None
-
-    def put() -> bool:
-        try:
-            store.fs.pipe_file(store.key(LEASE_KEY), data, **condition)
-        except OSError as error:
-            if _precondition_failed(error):
-                return False
-            raise
-        return True
-    return store.retry.call(put, what=f"write {store.key(LEASE_KEY)} ({', '.join(condition)})")
-
-
-def _precondition_failed(error: BaseException) -> bool:
-    text = f"{error} {error.__cause__ or ''} {error.__context__ or ''}".lower()
-    return "precondition" in text or "pre-condition" in text or "412" in text
+    return conditional.put_if(store, LEASE_KEY, data, **condition)
 
 
 def _etag(store: StoreFS) -> str | None:
-    def head() -> str | None:
-        store.fs.invalidate_cache(store.key(LEASE_KEY))
-        try:
-            info = store.fs.info(store.key(LEASE_KEY))
-        except FileNotFoundError:
-            return None
-        tag = info.get("ETag") or info.get("etag")
-        return str(tag) if tag else None
-    return store.retry.call(head, what=f"stat {store.key(LEASE_KEY)}")
+    return conditional.etag(store, LEASE_KEY)
 
 
 def _parse(raw: bytes | None) -> dict:

@@ -22,7 +22,6 @@ import re
 import stat
 import time
 import uuid
-from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.manifest import Pointer
@@ -142,8 +141,3 @@ def check_owned(store: StoreFS) -> bool:
 def write_identity(store: StoreFS) -> None:
     data = {"format": IDENTITY_FORMAT, "id": uuid.uuid4().hex, "created": time.time()}
     store.write_bytes(IDENTITY_KEY, json.dumps(data).encode())
-
-
-def is_store(path: Path) -> bool:
-    """A local directory that holds a store identity (for callers outside publish)."""
-    return (path / IDENTITY_KEY).is_file()

@@ -35,7 +35,6 @@ from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreR
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
 from wrapper.redact import redact
-from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
 
 Progress = Callable[[int], None]

@@ -20,7 +20,7 @@ from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import copy_and_digest, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
-from wrapper.redact import register_url_secrets
+from wrapper.redact import redact, register_url_secrets
 from wrapper.checkpoint.snapshot import TEMP_TAG
 
 
@@ -76,6 +76,13 @@ class StoreFS:
         if local is not None:
             register_url_secrets(url, storage_options)
             root = local
+        elif url.startswith("file://"):
+            # fsspec would take "file://KEY:SECRET@/data" as a RELATIVE path and create
+            # "KEY:SECRET@/data" in the working directory.
+            register_url_secrets(url, storage_options)
+            raise CheckpointError(f"{redact(url)} is not a local path URL",
+                                  fix="write file:///absolute/path (three slashes) or a "
+                                  "plain path")
         else:
             self._fs, root = open_url(url, storage_options)
         self.root = root.rstrip("/") if root not in ("/", "") else root

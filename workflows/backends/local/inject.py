@@ -135,7 +135,7 @@ class Throttle:
     process list is read again each period, so ranks a launcher restarts are slowed too;
     it ends when the attempt's processes are gone, and always leaves them running."""
 
-    def __init__(self, token: str, top_pid: int, factor: float, period_s: float = 0.1) -> None:
+    def __init__(self, token: str, top_pid: int, factor: float, period_s: float = 0.02) -> None:
         self.token, self.top_pid, self.factor, self.period_s = token, top_pid, factor, period_s
 
     def _targets(self) -> list[int] | None:

@@ -1,0 +1,58 @@
+"""`resched --help` starts light (issue 14, item 3): it lists every command from static
+summaries instead of importing every area. Guarded by what gets imported, not by time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import click
+
+from tests.supervise_fixtures import PYTHON, REPO
+
+HEAVY = ("pydantic", "jinja2", "fsspec", "torch", "yaml", "numpy")
+
+PROBE = """
+import json, sys
+from workflows.cli import main
+try:
+    main([%s], prog_name="resched")
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _modules_after(*argv: str) -> set[str]:
+    args = ", ".join(repr(arg) for arg in argv)
+    result = subprocess.run([PYTHON, "-c", PROBE % args], capture_output=True, text=True,
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            timeout=120, check=True)
+    return set(json.loads(result.stdout.splitlines()[-1]))
+
+
+def test_help_imports_no_heavy_library() -> None:
+    loaded = _modules_after("--help")
+    heavy = sorted(m for m in loaded if m.split(".")[0] in HEAVY)
+    assert not heavy, f"`resched --help` imported {heavy}"
+    assert "workflows.cli.spec_cmds" not in loaded  # no command area was loaded
+
+
+def test_wrap_help_does_not_load_the_control_side() -> None:
+    loaded = _modules_after("wrap", "--help")
+    assert "workflows.cli.wrap_cmds" in loaded  # the probe really reached the command
+    assert not [m for m in loaded if m.split(".")[0] in ("pydantic", "jinja2", "fsspec")]
+
+
+def test_static_summaries_match_each_commands_own_help() -> None:
+    from workflows.cli import _COMMAND_MODULES, COMMAND_SUMMARIES, main
+
+    ctx = click.Context(main)
+    assert set(COMMAND_SUMMARIES) == set(_COMMAND_MODULES)
+    for name, summary in COMMAND_SUMMARIES.items():
+        command = main.get_command(ctx, name)
+        assert command is not None
+        for limit in (40, 60, 10**6):
+            assert click.utils.make_default_short_help(summary, limit) == \
+                command.get_short_help_str(limit), name

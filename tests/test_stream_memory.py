@@ -1,0 +1,76 @@
+"""`resched wrap` streams any shape of output with flat memory (issue 14, item 1).
+
+Real processes: plain producers with no resched import, the real CLI, the real scanner.
+The wrapper's peak RSS comes from wait4(); before the fix a burst of `yes` built a string
+of one newline per skipped line (535 MB - 1 GB for 1-2 GiB), so these runs fail on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.supervise_fixtures import PYTHON, REPO
+
+# The interpreter, click and the rules take ~35-45 MB; the goal is <= 60 MB for any volume.
+RSS_LIMIT_KB = 60 * 1024
+MIB = 1024 * 1024
+
+SHAPES = {
+    # `yes`: two-byte lines, half a billion of them per GiB.
+    "yes": f"yes | head -c {256 * MIB}",
+    # one line of 100 MiB, no newline at all
+    "no-newline": f"head -c {100 * MIB} /dev/zero",
+    # 1 MiB writes of log-like lines, then the root cause at the very end
+    "mib-writes": (
+        f"{PYTHON} -c \"import sys\n"
+        "block = (b'iteration 12 | lm loss 2.3 | grad norm 0.8\\n' * 25000)[:1048576]\n"
+        "for _ in range(256): sys.stdout.buffer.write(block)\n"
+        "sys.stdout.buffer.write(b'\\ntorch.OutOfMemoryError: CUDA out of memory.\\n')\n"
+        "sys.exit(1)\""
+    ),
+}
+
+
+def _wrap(tmp_path: Path, shell: str) -> tuple[int, int, int]:
+    """Run ``shell`` under `resched wrap`; (exit code, bytes forwarded, peak RSS in KiB)."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(tmp_path / "state"),
+             "--max-retries", "0", "--", "bash", "-c", shell],
+            stdout=sink, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    size = out.stat().st_size
+    out.unlink()  # hundreds of MB: gone before the next case
+    return proc.returncode, size, usage.ru_maxrss
+
+
+def _record(tmp_path: Path) -> dict:
+    records = sorted((tmp_path / "state").rglob("attempt-*.json"))
+    assert records, list((tmp_path / "state").rglob("*"))
+    return json.loads(records[-1].read_text())
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_wrapper_memory_stays_flat_for_any_output_shape(tmp_path: Path, shape: str) -> None:
+    code, size, rss_kb = _wrap(tmp_path, SHAPES[shape])
+    expected = {"yes": 256 * MIB, "no-newline": 100 * MIB,
+                "mib-writes": 256 * MIB + len("\ntorch.OutOfMemoryError: CUDA out of memory.\n")}
+    assert size == expected[shape]  # every byte forwarded
+    assert rss_kb <= RSS_LIMIT_KB, f"wrapper peak RSS {rss_kb / 1024:.0f} MB for {shape}"
+    record = _record(tmp_path)
+    extra = record.get("extra", record)
+    if shape == "mib-writes":
+        # the end of the burst is scanned: the root cause is found however much came before
+        assert code != 0
+        assert "OutOfMemoryError" in json.dumps(record), record
+    if shape == "yes":
+        assert extra["unscanned_lines"] > 0 and extra["unscanned_bytes"] > 0
