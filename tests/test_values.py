@@ -54,8 +54,10 @@ def test_nan_is_a_float_nan() -> None:
 
 def test_split_at_the_first_equals() -> None:
     assert split_set_item("a=b=c") == ("a", "b=c")
-    assert split_set_item("=x") == ("", "x")
     assert split_set_item(" k =v") == (" k ", "v")  # the key is used as is
+    # issue 13: an empty key is stored by OSMO but no template can read it
+    with pytest.raises(UsageError, match="KEY before '=' is empty"):
+        split_set_item("=x")
 
 
 def test_missing_equals_is_a_usage_error_naming_the_argument() -> None:

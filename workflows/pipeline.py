@@ -15,6 +15,7 @@ from workflows import osmo_runtime
 from workflows.errors import SpecError, UsageError
 from workflows.lint import Finding, LintOptions, lint_workflow
 from workflows.render import Rendered, render_file
+from workflows.errors import SpecError
 from workflows.spec import Workflow
 from workflows.spec_load import parse_workflow
 from workflows.values import ValueOptions
@@ -59,6 +60,8 @@ def load_workflow(
 ) -> LoadedWorkflow:
     """Render ``path`` with ``options``, validate it and lint it for ``lint_target``."""
     rendered = render_file(path, options)
+    for where, problem in rendered.refusals:  # render previews it as OSMO would; never run it
+        raise SpecError(problem, where=where, fix="keep only one of the two")
     spec = parse_rendered(rendered)
     opts = lint_options or LintOptions(target=lint_target)
     findings = lint_workflow(rendered, spec, opts)

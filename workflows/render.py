@@ -55,6 +55,7 @@ from workflows.values import (
     resolve_values,
     safe_load_yaml,
 )
+from wrapper.inputfile import InputFileError, read_input_text
 
 __all__ = [
     "TOKEN_RE",
@@ -85,6 +86,10 @@ class Rendered:
     workflow_line: int  # 1-based line of `workflow:` in the source
     values: Mapping[str, Any]
     notes: tuple[str, ...] = field(default=())  # warnings for the user (never errors)
+    # (where, problem) of input OSMO renders but resched refuses to run: duplicate keys
+    # in default-values (OSMO keeps the last). `render` shows OSMO's text and warns;
+    # validate / lint / submit / run refuse (workflows.pipeline).
+    refusals: tuple[tuple[str, str], ...] = field(default=())
 
 
 @dataclass(frozen=True)
@@ -129,21 +134,23 @@ def split_sections(text: str, source: str = "<string>") -> dict[str, Section]:
     return sections
 
 
-def _parse_section(section: Section, source: str) -> Any:
+def _parse_section(section: Section, source: str,
+                   duplicates: list[YamlLoadError] | None = None) -> Any:
     try:
-        parsed = safe_load_yaml(section.text)
+        parsed = safe_load_yaml(section.text, line_offset=section.line - 1, duplicates=duplicates)
     except YamlLoadError as error:
-        line = section.line + (error.line or 0)
+        line = section.line if error.line is None else error.line + 1
         raise RenderError(f"{section.key} is not valid YAML: {error.problem}",
-                          where=f"{source}:{line}") from error
+                          where=f"{source}:{line}", fix=error.fix) from error
     return parsed.get(section.key) if isinstance(parsed, dict) else None
 
 
-def _default_values(sections: Mapping[str, Section], source: str) -> dict[str, Any]:
+def _default_values(sections: Mapping[str, Section], source: str,
+                    duplicates: list[YamlLoadError] | None = None) -> dict[str, Any]:
     section = sections.get("default-values")
     if section is None:
         return {}
-    defaults = _parse_section(section, source)
+    defaults = _parse_section(section, source, duplicates)
     if not defaults:  # OSMO: `if default_values:` -- empty, null and [] mean none
         return {}
     if not isinstance(defaults, dict):
@@ -241,24 +248,24 @@ def render_file(path: Path, options: ValueOptions) -> Rendered:
     """Read and render a workflow file as OSMO's client reads it (UTF-8, universal newlines)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RenderError(f"cannot read the workflow file: {error.strerror or error}",
-                          where=str(path)) from error
-    except UnicodeDecodeError as error:
-        raise RenderError(f"the workflow file is not UTF-8 text ({error.reason} at byte "
-                          f"{error.start})", where=str(path)) from error
+        text = read_input_text(path, what="the workflow file")
+    except InputFileError as error:  # a directory, FIFO or /dev/zero is refused, never read
+        raise RenderError(error.message, where=error.where, fix=error.fix) from None
     return _render(text, options, str(path), path)
 
 
 def _render(text: str, options: ValueOptions, source: str, path: Path | None) -> Rendered:
     sections = split_sections(text, source)
     _check_version(sections, source)
-    values = resolve_values(_default_values(sections, source), options)
+    duplicates: list[YamlLoadError] = []
+    values = resolve_values(_default_values(sections, source, duplicates), options)
+    refusals = tuple((f"{source}:{d.line + 1}", f"default-values: {d.problem}") for d in duplicates)
     workflow = sections["workflow"]
     try:
         rendered, used_values, notes = _render_section(workflow, values, options, source)
     except render_worker.WorkerStartError as error:
         raise RenderError(str(error), where=source) from error
+    notes += tuple(f"{where}: {problem} (OSMO renders with the last one; validate, lint, "
+                   "submit and run refuse it)" for where, problem in refusals)
     return Rendered(source=path, source_text=text, text=rendered, workflow_line=workflow.line,
-                    values=used_values, notes=notes)
+                    values=used_values, notes=notes, refusals=refusals)

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from workflows.errors import SpecError
 from workflows.spec import Workflow, WorkflowDocument
+from wrapper.yamlsafe import YamlLoadError, compose_and_construct
 
 Loc = tuple[str | int, ...]
 
@@ -37,15 +38,14 @@ def parse_workflow(text: str, *, source: str = "<spec>", first_line: int = 1) ->
 def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
     offset = first_line - 1
     try:
-        node, data = _compose_and_construct(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        line = f":{mark.line + 1 + offset}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        node, data = compose_and_construct(text, line_offset=offset)
+    except YamlLoadError as error:
+        line = f":{error.line + 1}" if error.line is not None else ""
         raise SpecError(
-            f"the rendered spec is not valid YAML: {problem}",
+            f"the rendered spec is not valid YAML: {error.problem}",
             where=f"{source}{line}",
-            fix="check indentation and quoting there; `resched render` shows the rendered text",
+            fix=error.fix
+            or "check indentation and quoting there; `resched render` shows the rendered text",
         ) from None
     lines = dict(line_map(node, ())) if node is not None else {}
     if not isinstance(data, dict) or "workflow" not in data:
@@ -58,21 +58,6 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
         return WorkflowDocument.model_validate(data).workflow
     except ValidationError as error:
         raise _spec_error(error, lines, source, offset) from None
-
-
-# libyaml when present: parsing is most of validation's time on large specs.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _compose_and_construct(text: str) -> tuple[yaml.Node | None, Any]:
-    """Parse once: the node tree gives the line map, the same tree gives the data."""
-    loader = _LOADER(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    finally:
-        loader.dispose()
-    return node, data
 
 
 def line_map(node: yaml.Node, path: Loc = ()) -> Iterator[tuple[Loc, int]]:

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from workflows.errors import UsageError
+from wrapper import yamlsafe
+from wrapper.inputfile import InputFileError, read_input_text
+from wrapper.yamlsafe import YamlLoadError
 
 __all__ = [
     "ValueOptions",
@@ -80,11 +81,17 @@ def coerce_set_value(text: str) -> int | float | str:
 def split_set_item(item: str, flag: str = "--set") -> tuple[str, str]:
     """Split ``KEY=VALUE`` at the first ``=``; a missing ``=`` is a usage error."""
     key, sep, value = item.partition("=")
+    shown = item if item.isprintable() else repr(item)  # keep the error on one line
     if not sep:
-        shown = item if item.isprintable() else repr(item)  # keep the error on one line
         raise UsageError(
             f"{flag} {shown}: expected KEY=VALUE",
             fix=f"write {flag} {shown or 'KEY'}=VALUE",
+        )
+    # OSMO would store these, but no template can ever read them: a typo, not a value.
+    if not key.strip() or not key.isprintable():
+        raise UsageError(
+            f"{flag} {shown}: the KEY before '=' is empty or has control characters",
+            fix=f"write {flag} NAME=VALUE",
         )
     return key, value
 
@@ -101,53 +108,28 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
-class YamlLoadError(Exception):
-    """YAML that cannot be loaded; ``line`` is 0-based when the parser knows it."""
-
-    def __init__(self, problem: str, line: int | None) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.line = line
-
-
-def safe_load_yaml(text: str) -> Any:
+def safe_load_yaml(text: str, *, line_offset: int = 0,
+                   duplicates: list[YamlLoadError] | None = None) -> Any:
     """``yaml.safe_load`` with every way it fails as :class:`YamlLoadError`.
 
-    PyYAML raises more than ``YAMLError``: ``2001-13-01`` is a ValueError from
-    ``datetime``, ``!!int x`` a ValueError, a thousand nested ``[`` a RecursionError.
+    The shared loader (:mod:`wrapper.yamlsafe`) also refuses duplicate keys, alias bombs
+    and deep nesting, which ``yaml.safe_load`` would accept or crash on.
     """
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise YamlLoadError(problem, mark.line if mark is not None else None) from error
-    except RecursionError as error:
-        raise YamlLoadError("nested too deeply", None) from error
-    except (ValueError, TypeError, OverflowError) as error:
-        raise YamlLoadError(str(error), None) from error
+    return yamlsafe.safe_load(text, line_offset=line_offset, duplicates=duplicates)
 
 
 def load_values_file(path: Path) -> dict[str, Any]:
     """Read one ``-f`` values file: a YAML mapping (an empty file is ``{}``)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise UsageError(
-            f"cannot read values file: {error.strerror or error}",
-            where=str(path),
-            fix="pass an existing YAML file to -f/--values",
-        ) from error
-    except UnicodeDecodeError as error:
-        raise UsageError(
-            f"values file is not UTF-8 text ({error.reason} at byte {error.start})",
-            where=str(path),
-        ) from error
+        text = read_input_text(Path(path), what="values file")
+    except InputFileError as error:  # a directory, FIFO or /dev/zero is refused, never read
+        raise UsageError(error.message, where=error.where, fix=error.fix) from None
     try:
         data = safe_load_yaml(text)
     except YamlLoadError as error:
         where = f"{path}:{error.line + 1}" if error.line is not None else str(path)
-        raise UsageError(f"values file is not valid YAML: {error.problem}", where=where) from error
+        raise UsageError(f"values file is not valid YAML: {error.problem}", where=where,
+                         fix=error.fix) from error
     if data is None:
         return {}
     if not isinstance(data, Mapping):

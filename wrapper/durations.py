@@ -36,21 +36,29 @@ def parse_duration(value: object, *, where: str | None = None) -> float:
         raise _bad(value, where)
     text = value.strip()
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
-        return float(text)
+        return _finite(float(text), value, where)
     simple = _SIMPLE.match(text)
     if simple:
-        return float(simple.group(1)) * _UNIT_SECONDS[simple.group(2)]
+        return _finite(float(simple.group(1)) * _UNIT_SECONDS[simple.group(2)], value, where)
     iso = _ISO.match(text.upper())
     if iso and text.upper() not in ("P", "PT") and any(iso.groupdict().values()):
         parts = {k: float(v) for k, v in iso.groupdict().items() if v}
-        return (
+        return _finite(
             parts.get("w", 0.0) * 604800
             + parts.get("d", 0.0) * 86400
             + parts.get("h", 0.0) * 3600
             + parts.get("m", 0.0) * 60
-            + parts.get("s", 0.0)
+            + parts.get("s", 0.0),
+            value, where,
         )
     raise _bad(value, where)
+
+
+def _finite(seconds: float, value: object, where: str | None) -> float:
+    # 400 digits parse to inf: a "duration" that silently means never.
+    if not math.isfinite(seconds):
+        raise _bad(value, where)
+    return seconds
 
 
 def _bad(value: object, where: str | None) -> DurationError:

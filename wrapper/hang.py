@@ -39,6 +39,26 @@ class HangTimeoutError(ReschedError):
     """A --hang-timeout value that is neither a duration nor ``auto``."""
 
 
+# A timeout read back from state (the history) beyond this is not one we wrote: a week of
+# silence is no hang timeout but hang detection switched off by a damaged file.
+MAX_CARRIED_TIMEOUT_S = 7 * 86400.0
+MAX_SAFETY_FACTOR = 1000.0  # NVRx uses 5; a factor below 1 would kill healthy steps
+
+
+def carried_timeout(value: object) -> float | None:
+    """A calibrated timeout from state if it is usable (finite, > 0, at most a week), else None.
+
+    NaN, Infinity, 0 or a negative number in a damaged history would otherwise switch
+    detection off (NaN and inf never compare greater) or kill a healthy training at once.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_CARRIED_TIMEOUT_S:
+        return None
+    return seconds
+
+
 @dataclass(frozen=True)
 class HangSettings:
     """How the hang timeout is chosen. ``fixed_s`` None and ``auto`` False: detection off."""
@@ -150,9 +170,15 @@ class HangDetector:
             return settings.startup_allowance_s()
         if settings.fixed_s is not None:
             return settings.fixed_s
-        if settings.calibrated_s is not None and self._heartbeat_seen:
-            return settings.calibrated_s
+        carried = self._carried()
+        if carried is not None and self._heartbeat_seen:
+            return carried
         return settings.subsequent_timeout_s
+
+    def _carried(self) -> float | None:
+        """The earlier attempt's timeout, never below this run's floor (it came from state)."""
+        carried = carried_timeout(self.settings.calibrated_s)
+        return None if carried is None else max(carried, self.settings.min_calibrated_s)
 
     def silent_for(self, now: float) -> float:
         return now - self._last_progress
@@ -172,13 +198,14 @@ class HangDetector:
             longest = max(measured)
             proposal = max(settings.min_calibrated_s, settings.safety_factor * longest)
             proposal = math.ceil(proposal * 1000) / 1000
-        if settings.calibrated_s is None:
+        carried = self._carried()
+        if carried is None:
             return proposal
         if proposal is None:
-            return settings.calibrated_s
+            return carried
         # Never shrink a value an earlier attempt needed: a short attempt may not have
         # reached the slow steps (checkpoint save, evaluation) that an earlier one saw.
-        return max(settings.calibrated_s, proposal)
+        return max(carried, proposal)
 
 
 def _parse_auto(items: list[str], value: str, where: str) -> HangSettings:
@@ -190,14 +217,32 @@ def _parse_auto(items: list[str], value: str, where: str) -> HangSettings:
             raise HangTimeoutError(
                 f"{value!r}: unknown auto setting {item!r}", where=where,
                 fix="use auto,initial=DURATION,later=DURATION,factor=N,min=DURATION,warmup=N")
-        try:
-            if key.strip() == "warmup":
-                fields[field_name] = int(raw)
-            elif key.strip() == "factor":
-                fields[field_name] = float(raw)
-            else:
-                fields[field_name] = parse_duration(raw.strip(), where=f"{where} {key}")
-        except ValueError as error:
-            raise HangTimeoutError(f"{value!r}: {item!r} is not a number", where=where,
-                                   fix="give warmup a whole number and factor a number") from error
+        fields[field_name] = _auto_setting(key.strip(), raw.strip(), item, value, where)
     return HangSettings(auto=True, **fields)  # type: ignore[arg-type]
+
+
+def _auto_setting(key: str, raw: str, item: str, value: str, where: str) -> float | int:
+    """One ``key=value`` of ``auto,...``, in range: a bad one must not kill healthy steps."""
+    def bad(why: str, fix: str) -> HangTimeoutError:
+        return HangTimeoutError(f"{value!r}: {item!r} {why}", where=where, fix=fix)
+
+    if key == "warmup":
+        if not raw.isdigit() or int(raw) > 1_000_000:
+            raise bad("is not a number of intervals", "give warmup=N, a whole number from 0 to 1000000")
+        return int(raw)
+    if key == "factor":
+        try:
+            factor = float(raw)
+        except ValueError:
+            factor = math.nan
+        if not (1.0 <= factor <= MAX_SAFETY_FACTOR):  # also refuses nan and inf
+            raise bad("is not a number from 1 to "
+                      f"{MAX_SAFETY_FACTOR:g}", "give factor=F, e.g. factor=5 (NVRx's default)")
+        return factor
+    try:
+        seconds = parse_duration(raw, where=f"{where} {key}")
+    except ReschedError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise bad("is not a positive duration", f"give {key}=DURATION, e.g. {key}=5m")
+    return seconds

@@ -9,17 +9,22 @@ so budgets and node memory continue where they stopped.
 Several ranks or nodes may record at once: every read-modify-write holds an exclusive
 ``fcntl`` lock on ``history.lock`` and replaces the file atomically (tmp + fsync +
 rename), so a reader never sees a torn file. A corrupted file is never fatal and never
-silently dropped: it is kept as ``history.json.corrupt-<time>``, a warning says so on
-stderr, and the history starts again empty.
+silently dropped: it is renamed to ``history.json.corrupt-<time>`` (kept, never deleted,
+whatever it is: garbage, not UTF-8, nested too deeply, a directory, a FIFO, a symbolic
+link, which is renamed itself and never followed), a one-line warning says so on stderr,
+and the history starts again empty. Numbers read back are checked: a calibrated hang
+timeout that is NaN, infinite, zero or negative is dropped, never handed to the detector.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
+import math
 import os
-import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -34,6 +39,10 @@ from wrapper.errors import ReschedError
 HISTORY_FILE = "history.json"
 LOCK_FILE = "history.lock"
 SCHEMA_VERSION = 1
+# Thousands of attempts are a few MB; anything far larger is not a history we wrote.
+MAX_HISTORY_BYTES = 64 * 1024 * 1024
+# A hang timeout read back beyond this is damage, not calibration (see wrapper.hang).
+_MAX_HANG_TIMEOUT_S = 7 * 86400.0
 _NOT_FAILURES = ("complete",)
 _FREE_CATEGORIES = ("preemption", "graceful-stop", "complete")
 
@@ -136,20 +145,34 @@ def _parse(data: Any) -> History:
     if len(attempts) != len(data.get("attempts", [])):
         raise HistoryCorrupted("an attempt is not a JSON object")
     nodes = data.get("node_failures") or {}
-    if not isinstance(nodes, Mapping) or not all(isinstance(v, int) for v in nodes.values()):
+    if not isinstance(nodes, Mapping) or not all(_is_count(v) for v in nodes.values()):
         raise HistoryCorrupted("node_failures is not a mapping of counts")
     step = data.get("last_progress_step")
-    hang = data.get("calibrated_hang_timeout")
-    if step is not None and not isinstance(step, int):
-        raise HistoryCorrupted("last_progress_step is not a whole number")
-    if hang is not None and not isinstance(hang, (int, float)):
-        raise HistoryCorrupted("calibrated_hang_timeout is not a number")
+    if step is not None and not _is_count(step):
+        raise HistoryCorrupted("last_progress_step is not a whole number >= 0")
     return History(
         attempts=attempts,
         node_failures={str(k): int(v) for k, v in nodes.items()},
         last_progress_step=step,
-        calibrated_hang_timeout=None if hang is None else float(hang),
+        calibrated_hang_timeout=_hang_timeout(data.get("calibrated_hang_timeout")),
     )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _hang_timeout(value: Any) -> float | None:
+    """A usable calibrated timeout, or None: NaN / inf / 0 / negative must not reach the
+    detector, where they would switch detection off or kill a healthy training."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and 0 < seconds <= _MAX_HANG_TIMEOUT_S else None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or type(error).__name__
 
 
 def with_outcome(history: History, outcome: Mapping[str, Any]) -> History:
@@ -168,12 +191,12 @@ def _with_outcome(history: History, outcome: Mapping[str, Any]) -> History:
         value = outcome.get(key)
         if isinstance(value, int) and not isinstance(value, bool):
             progress = value if progress is None else max(progress, value)
-    hang = outcome.get("calibrated_hang_timeout")
+    hang = _hang_timeout(outcome.get("calibrated_hang_timeout"))
     return History(
         attempts=history.attempts + (dict(outcome),),
         node_failures=nodes,
         last_progress_step=progress,
-        calibrated_hang_timeout=float(hang) if isinstance(hang, (int, float)) else history.calibrated_hang_timeout,
+        calibrated_hang_timeout=hang if hang is not None else history.calibrated_hang_timeout,
     )
 
 
@@ -202,7 +225,9 @@ class HistoryStore:
 
     def set_calibrated_hang_timeout(self, seconds: float) -> History:
         """Remember the hang timeout calibrated in this attempt for the next ones."""
-        return self._update(lambda h: History(h.attempts, h.node_failures, h.last_progress_step, float(seconds)))
+        usable = _hang_timeout(seconds)
+        return self._update(lambda h: History(h.attempts, h.node_failures, h.last_progress_step,
+                                              usable if usable is not None else h.calibrated_hang_timeout))
 
     def _update(self, change: Callable[[History], History]) -> History:
         with self._locked():
@@ -224,36 +249,81 @@ class HistoryStore:
     def _locked(self) -> Iterator[None]:
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
-            lock = open(self._lock_path, "a+")  # noqa: SIM115 - closed below, after the yield
+            fd = self._open_lock()
         except OSError as error:
             raise self._error("cannot lock", error) from error
-        with lock:
+        with os.fdopen(fd, "r+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield
             finally:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
-    def _read(self, *, repair: bool = True) -> History:
-        """Read under the lock; a corrupted file is set aside (kept) and replaced."""
+    def _open_lock(self) -> int:
+        """The lock file, never through a link (ELOOP) nor a FIFO or device."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(self._lock_path, flags, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "the lock file is not a regular file")
+        return fd
+
+    def _move_aside(self, path: Path) -> Path:
+        """Rename ``path`` (whatever it is: file, link, directory, FIFO) to a free name."""
+        stamp = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        for n in range(1000):
+            kept = path.with_name(f"{path.name}.corrupt-{stamp}" + (f"-{n}" if n else ""))
+            if not os.path.lexists(kept):
+                os.rename(path, kept)  # renames a link itself, never its target
+                return kept
+        raise OSError(errno.EEXIST, "no free name to keep the damaged file under")
+
+    def _read_text(self) -> str:
+        """The file's text; HistoryCorrupted when it is not a regular UTF-8 file we could
+        have written (a link, directory, FIFO, device, far too large, not UTF-8)."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:
-            text = self.path.read_text(encoding="utf-8")
+            fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise HistoryCorrupted("it is a symbolic link, not a file resched wrote") from None
+            raise HistoryCorrupted(f"cannot read it: {error.strerror or error}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise HistoryCorrupted(f"it is {kind}")
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_HISTORY_BYTES + 1)
+        if len(data) > MAX_HISTORY_BYTES:
+            raise HistoryCorrupted(f"it is larger than {MAX_HISTORY_BYTES // (1024 * 1024)} MiB")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise HistoryCorrupted(f"not UTF-8 text at byte {error.start}") from None
+
+    def _read(self, *, repair: bool = True) -> History:
+        """Read under the lock; a corrupted file is moved aside (kept) and history restarts."""
+        try:
+            return _parse(json.loads(self._read_text()))
         except FileNotFoundError:
             return History()
-        try:
-            return _parse(json.loads(text))
-        except (ValueError, HistoryCorrupted) as error:
+        except (ValueError, RecursionError, HistoryCorrupted) as error:
+            problem = "nested too deeply" if isinstance(error, RecursionError) else _one_line(error)
             if not repair:
-                self._warn(f"resched: warning: history file {self.path} is corrupted ({error}); "
+                self._warn(f"resched: warning: history file {self.path} is corrupted ({problem}); "
                            "using an empty history (the file is left as it is)")
                 return History()
-            kept = self.path.with_name(f"{HISTORY_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
-            shutil.copy2(self.path, kept)
+            try:
+                kept = self._move_aside(self.path)
+            except OSError as move_error:
+                raise self._error("cannot move aside the corrupted", move_error) from None
             self._warn(
-                f"resched: warning: history file {self.path} is corrupted ({error}); "
-                f"kept a copy at {kept}; starting with an empty history"
+                f"resched: warning: history file {self.path} is corrupted ({problem}); "
+                f"kept it as {kept}; starting with an empty history"
             )
-            self._write(History())
             return History()
 
     def _write(self, history: History) -> None:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml  # type: ignore[import-untyped,unused-ignore]
-
+from wrapper import yamlsafe
 from wrapper.decision import DECISIONS, Decision
 from wrapper.errors import ReschedError
+from wrapper.inputfile import InputFileError, read_input_text
 
 __all__ = ["DECISIONS", "Decision", "Escalation", "Match", "Rule", "RuleSet", "RulesError",
            "load_rule_file", "load_rules", "parse_signal"]
@@ -207,18 +207,12 @@ def load_tables(path: Path) -> tuple[Table, ...]:
 
 def _read_yaml(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise RulesError(
-            f"cannot read rules file: {error.strerror or error}", where=str(path)
-        ) from error
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(error, "problem", None) or str(error)
-        raise RulesError(f"not valid YAML: {problem}", where=where) from error
+        return yamlsafe.safe_load(read_input_text(path, what="rules file"))
+    except InputFileError as error:
+        raise RulesError(error.message, where=error.where, fix=error.fix) from None
+    except yamlsafe.YamlLoadError as error:
+        where = f"{path}:{error.line + 1}" if error.line is not None else str(path)
+        raise RulesError(f"not valid YAML: {error.problem}", where=where, fix=error.fix) from None
 
 
 def _parse_tables(raw: Any, path: Path) -> dict[str, Table]:

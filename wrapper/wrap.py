@@ -39,6 +39,7 @@ from wrapper.outcome import (
     say,
     write_json_atomic,
 )
+from wrapper.pathcheck import check_path_kind
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
 
@@ -74,6 +75,12 @@ def validate_config(config: WrapConfig) -> None:
     if config.max_retries < 0 or config.max_reschedules < 0:
         raise WrapConfigError("budgets cannot be negative", where="--max-retries/--max-reschedules",
                               fix="give 0 or more")
+    for flag, path, want in (("--checkpoint-dir", config.checkpoint_dir, "dir"),
+                             ("--state-dir", config.state_dir, "dir"),
+                             ("--heartbeat-file", config.heartbeat_file, "file"),
+                             ("--outcome-file", config.outcome_file, "file")):
+        if path is not None:
+            check_path_kind(path, want, flag)
 
 
 def run_wrap(
@@ -131,7 +138,12 @@ class _AttemptLoop:
             reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
         self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            config.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # e.g. read-only: user input, never exit 70
+            raise WrapConfigError(f"cannot create the state directory {config.state_dir}: "
+                                  f"{error.strerror or error}", where="--state-dir",
+                                  fix="choose a writable directory with --state-dir") from None
         history = judge.load_history()
         verdict = node_guard.guard(history, config.node)
         if verdict.reason:

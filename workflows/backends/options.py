@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from workflows.errors import UsageError
+from wrapper.pathcheck import check_path_kind
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,6 +40,10 @@ class BackendOption:
     default: Any = None  # None: not set (the backend or the tool it drives decides)
     choices: tuple[str, ...] = ()  # CHOICE: valid values, compared case-insensitively
     minimum: int | None = None  # INT: smallest valid value
+    # INT: largest valid value; OSMO / Slurm keep these in 32 bits (99999999999999999999
+    # is not a count)
+    maximum: int = 2**31 - 1
+    path_kind: str | None = None  # PATH: "dir" or "file", checked up front (wrapper.pathcheck)
 
     @property
     def flag(self) -> str:
@@ -51,8 +56,9 @@ class BackendOption:
                 number = int(value) if not isinstance(value, bool) else None
             except (TypeError, ValueError):
                 number = None
-            if number is None or (self.minimum is not None and number < self.minimum):
-                low = f" >= {self.minimum}" if self.minimum is not None else ""
+            if number is None or (self.minimum is not None and number < self.minimum) \
+                    or number > self.maximum:
+                low = f" from {self.minimum if self.minimum is not None else 'any'} to {self.maximum}"
                 example = self.default if self.default is not None else self.minimum or 0
                 raise UsageError(f"{self.flag} {value!r} is not a whole number{low} ({backend} backend)",
                                  fix=f"e.g. {self.flag} {example}")
@@ -65,10 +71,17 @@ class BackendOption:
             raise UsageError(f"{self.flag} {value!r} is not valid for the {backend} backend",
                              fix=f"use one of: {', '.join(self.choices)}")
         if self.type is OptionType.PATH:
+            if self.path_kind is not None:  # a file among the parents was an OSError (exit 70)
+                check_path_kind(Path(value), self.path_kind, self.flag)  # type: ignore[arg-type]
             return Path(value)
         text = str(value)
         if not text.strip():
             raise UsageError(f"{self.flag} is empty ({backend} backend)", fix=f"give a value: {self.help}")
+        # A newline would add lines to the sbatch script; a leading '-' is read by the tool
+        # (osmo, sbatch) as one of its own options.
+        if not text.isprintable() or text.startswith("-"):
+            raise UsageError(f"{self.flag} {text!r} has control characters or starts with '-' "
+                             f"({backend} backend)", fix=f"give a plain value: {self.help}")
         return text
 
     @property

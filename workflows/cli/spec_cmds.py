@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from workflows.cli.common import ValuesCommand, values_options
+from workflows.cli.common import FiniteFloat, ValuesCommand, bounded_int, path_kind, values_options
 from workflows.lint import Finding, LintOptions
 from workflows.lint.core import SEVERITIES, TARGETS
 
@@ -87,11 +87,11 @@ def validate_command(
 )
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option(
-    "--pool-retry-limit", type=click.IntRange(min=0), metavar="N",
+    "--pool-retry-limit", type=bounded_int(0), metavar="N",
     help="Declare the OSMO pool's max_retry_per_task (N > 0 silences RS004; 0 warns).",
 )
 @click.option(
-    "--checkpoint-write-seconds", "checkpoint_write_s", type=click.FloatRange(min=0), metavar="S",
+    "--checkpoint-write-seconds", "checkpoint_write_s", type=FiniteFloat(0), metavar="S",
     help="How long one checkpoint takes to write; frequencies not above it are flagged.",
 )
 @_target_option
@@ -133,7 +133,7 @@ def templates_command() -> None:
 
 @click.command("init")
 @click.argument("name")
-@click.argument("directory", type=click.Path(path_type=Path))
+@click.argument("directory", type=click.Path(path_type=Path), callback=path_kind("dir"))
 @click.option("--force", is_flag=True, help="Overwrite existing files (each is kept as .bak).")
 def init_command(name: str, directory: Path, force: bool) -> None:
     """Copy the shipped template NAME (and the files it uploads) into DIRECTORY."""

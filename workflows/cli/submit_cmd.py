@@ -15,7 +15,7 @@ import click
 
 from workflows.backends import BACKEND_NAMES, get_backend
 from workflows.backends.options import click_options
-from workflows.cli.common import ValuesCommand, values_options
+from workflows.cli.common import ValuesCommand, bounded_int, path_kind, values_options
 from workflows.cli.findings import echo_findings
 from workflows.pipeline import prepare_request
 from workflows.values import ValueOptions
@@ -37,12 +37,13 @@ BACKEND_OPTIONS = {name: get_backend(name).options for name in BACKEND_NAMES}
 @click.option(
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
+    callback=path_kind("dir"),
     help="Write the request's files (e.g. workflow.yaml, the sbatch script) to this directory.",
 )
 @click.option("--strict", is_flag=True, help="Refuse to submit when lint reports warnings.")
 @click.option(
     "--pool-retry-limit",
-    type=click.IntRange(min=0),
+    type=bounded_int(0),
     help="Declare the OSMO pool's max_retry_per_task (lint RS004).",
 )
 @click_options(BACKEND_OPTIONS)

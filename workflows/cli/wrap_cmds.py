@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from workflows.cli.common import NameParam, NonEmptyPath, bounded_int
 from wrapper import config as cfg
 from wrapper.backoff import parse_backoff
 from wrapper.durations import parse_duration
@@ -22,6 +23,8 @@ from wrapper.stop_outcome import parse_stop_signal
 from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
 
 _PATH = click.Path(path_type=Path)
+_DIR = NonEmptyPath(file_okay=False, path_type=Path)  # click names a path of the wrong kind
+_FILE = NonEmptyPath(dir_okay=False, path_type=Path)
 
 
 def _seconds(value: str | None, flag: str) -> float | None:
@@ -39,9 +42,9 @@ def _seconds(value: str | None, flag: str) -> float | None:
 @click.option("--abort-code", type=int, default=cfg.DEFAULT_ABORT_CODE, show_default=True,
               envvar=cfg.ABORT_CODE_ENV,
               help="Exit code for abort (must not be a RESCHEDULE code).")
-@click.option("--max-retries", type=int, default=cfg.DEFAULT_MAX_RETRIES, show_default=True,
+@click.option("--max-retries", type=bounded_int(0), default=cfg.DEFAULT_MAX_RETRIES, show_default=True,
               envvar=cfg.MAX_RETRIES_ENV, help="In-place restarts per allocation.")
-@click.option("--max-reschedules", type=int, default=cfg.DEFAULT_MAX_RESCHEDULES, show_default=True,
+@click.option("--max-reschedules", type=bounded_int(0), default=cfg.DEFAULT_MAX_RESCHEDULES, show_default=True,
               envvar=cfg.MAX_RESCHEDULES_ENV, help="Reschedules for failures (whole job).")
 @click.option("--no-budget-reset", is_flag=True,
               help="Do not reset the budgets when the checkpoint step advanced.")
@@ -59,24 +62,24 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="No progress (heartbeat, or output lines without heartbeats) for this "
                    "long = hung; 'auto' calibrates like NVRx (auto,initial=30m,later=5m,"
                    "factor=5,min=30s,warmup=3). Default: off.")
-@click.option("--heartbeat-file", type=_PATH, default=None,
+@click.option("--heartbeat-file", type=_FILE, default=None,
               help="File wrapper.heartbeat() touches (default: a private temp file).")
-@click.option("--checkpoint-dir", type=_PATH, default=None, envvar=cfg.CHECKPOINT_DIR_ENV,
+@click.option("--checkpoint-dir", type=_DIR, default=None, envvar=cfg.CHECKPOINT_DIR_ENV,
               help="Local directory the training writes checkpoints to.")
 @click.option("--checkpoint-url", default=None, envvar=cfg.CHECKPOINT_URL_ENV,
               help="Checkpoint store URL the wrapper owns: restore at start, sync, final publish.")
 @click.option("--sync-every", default=None, envvar=cfg.SYNC_EVERY_ENV,
               help="Publish the checkpoint dir to --checkpoint-url this often (e.g. 10m).")
-@click.option("--state-dir", type=_PATH, default=None, envvar=cfg.STATE_DIR_ENV,
+@click.option("--state-dir", type=_DIR, default=None, envvar=cfg.STATE_DIR_ENV,
               help="Outcome records and history (default: <checkpoint-dir>/.resched).")
-@click.option("--rules", "rule_files", type=_PATH, multiple=True,
+@click.option("--rules", "rule_files", type=_FILE, multiple=True,
               help="Extra rules file (YAML); repeatable; takes precedence over the catalogue.")
-@click.option("--expect-finished-flag", type=_PATH, default=None,
+@click.option("--expect-finished-flag", type=_FILE, default=None,
               envvar=cfg.EXPECT_FINISHED_FLAG_ENV,
               help="Exit 0 counts as complete only if this file exists.")
-@click.option("--node", default=None, envvar=cfg.NODE_ENV,
+@click.option("--node", type=NameParam(), default=None, envvar=cfg.NODE_ENV,
               help="Node name for the records (default: the hostname).")
-@click.option("--outcome-file", type=_PATH, default=None, envvar=cfg.OUTCOME_FILE_ENV,
+@click.option("--outcome-file", type=_FILE, default=None, envvar=cfg.OUTCOME_FILE_ENV,
               help="Also write the final outcome record here.")
 @click.option("--stop-signal", default="TERM", show_default=True, envvar="RESCHED_STOP_SIGNAL",
               help="Any stop the wrapper receives (TERM, INT, HUP, USR1, Slurm's grace) "

@@ -38,9 +38,9 @@ OPTIONS = (
     BackendOption("max_retry_per_task", OptionType.INT, "RESCHEDULEs a task gets (OSMO's pool setting; "
                   "OSMO's own default is 0)", default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
     BackendOption("workdir", OptionType.PATH, f"where pods, logs and staged inputs go "
-                  f"(default {DEFAULT_RUNS_DIR}/<run id>)"),
+                  f"(default {DEFAULT_RUNS_DIR}/<run id>)", path_kind="dir"),
     BackendOption("report", OptionType.PATH, "write the JSON report (attempts, timeline events, "
-                  "derived numbers) here (default <workdir>/report.json)"),
+                  "derived numbers) here (default <workdir>/report.json)", path_kind="file"),
     BackendOption("progress", OptionType.CHOICE, "live lines on a terminal, plain lines otherwise",
                   default="auto", choices=("auto", "tty", "plain", "quiet")),
 )

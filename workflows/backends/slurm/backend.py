@@ -156,7 +156,7 @@ OPTIONS = (
     BackendOption("account", OptionType.TEXT, "sbatch --account"),
     BackendOption("tasks_per_node", OptionType.INT, "tasks sharing one node", default=1, minimum=1),
     BackendOption("grace", OptionType.INT, "seconds of warning before the time limit "
-                  "(--signal=B:SIG@N)", default=60, minimum=1),
+                  "(--signal=B:SIG@N)", default=60, minimum=1, maximum=65535),  # 16 bits in Slurm
     BackendOption("grace_signal", OptionType.CHOICE, "the signal Slurm sends before the time limit",
                   default="USR1", choices=GRACE_SIGNALS),
     BackendOption("stop_signal", OptionType.TEXT, "what the tasks get on the grace signal: the "
@@ -165,7 +165,7 @@ OPTIONS = (
                   "(OSMO's pool setting; OSMO's own default is 0)",
                   default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
     BackendOption("workdir", OptionType.PATH, "shared directory for scripts, task dirs and logs "
-                  "(default ./resched-slurm)"),
+                  "(default ./resched-slurm)", path_kind="dir"),
 )
 
 
