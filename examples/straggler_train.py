@@ -22,7 +22,6 @@ import json
 import os
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -32,12 +31,14 @@ PREFIX = "straggler-train:"
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--step-time", type=float, default=0.01)
+    parser.add_argument("--work", type=int, default=1000,
+                        help="matrix products per step: CPU work, so a slowed CPU (or "
+                             "`resched run --chaos slow:TASK=F`) makes the step slower")
     parser.add_argument("--slow-rank", type=int, default=None,
                         help="this rank's steps take --slow-factor times longer")
     parser.add_argument("--slow-factor", type=float, default=4.0)
     parser.add_argument("--report-interval", type=float, default=1.0)
-    parser.add_argument("--threshold", type=float, default=0.7,
+    parser.add_argument("--threshold", type=float, default=0.5,
                         help="relative score under which a rank is a straggler")
     parser.add_argument("--node-name", default=os.environ.get("RESCHED_NODE_OF_RANK"),
                         help="node name in the report (default: the host name; a "
@@ -109,11 +110,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     straggler.Detector.initialize(scores_to_compute="all", gather_on_rank0=True,
                                   report_time_interval=args.report_interval, node_name=node)
     slow = args.slow_factor if rank == args.slow_rank else 1.0
+    weight, x = torch.randn(64, 64) / 8, torch.randn(64, 64)
     stop = torch.zeros(1)
     step = 0
     for step in range(1, args.steps + 1):
         with straggler.Detector.detection_section("step", profile_cuda=False):
-            time.sleep(args.step_time * slow)
+            for _ in range(int(args.work * slow)):
+                x = torch.tanh(x @ weight)
         if rank == 0:
             print(f"{PREFIX} step {step}", flush=True)
         report = straggler.Detector.generate_report_if_interval_elapsed()

@@ -87,11 +87,15 @@ def classify_entry(entry: CorpusEntry, rules: RuleSet) -> Verdict:
         logs=[entry.log], error_files=[], exit_code=entry.exit_code, signal=entry.signal, rules=rules,
     )
     lines = [e.text for e in diagnosis.evidence if e.source != "status"]
-    return Verdict(entry=entry, decision=diagnosis.decision, rule_id=diagnosis.rule_id,
+    return Verdict(entry=entry, decision=str(diagnosis.decision), rule_id=diagnosis.rule_id,
                    key_line=lines[-1] if lines else _last_error_line(entry.log) or diagnosis.status)
 
 
-_ERRORISH = re.compile(r"error|fail|fatal|exception|cancelled|killed|abort|xid|nan|Terminated", re.IGNORECASE)
+_ERRORISH = re.compile(
+    r"error|fail|fatal|exception|cancel|kill|abort|xid|\bnan\b|terminat|lost|unable|unavailable|"
+    r"busy|timed? ?out|refused|reset by|assert|out of memory|evicted|preempt|signal",
+    re.IGNORECASE,
+)
 
 
 def _last_error_line(log: Path) -> str | None:

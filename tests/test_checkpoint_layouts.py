@@ -75,13 +75,13 @@ def test_megatron_tracker_naming_a_torn_dir_is_incomplete(tmp_path: Path) -> Non
     assert verdict.complete is False and "iter_0000300" in verdict.reason
 
 
-def test_megatron_stale_distcp_after_metadata_is_a_second_save_under_way(tmp_path: Path) -> None:
+def test_a_restored_copy_with_new_file_times_is_still_whole(tmp_path: Path) -> None:
     _megatron_iter(tmp_path, 7)
     _w(tmp_path / "latest_checkpointed_iteration.txt", "7")
-    meta = tmp_path / "iter_0000007" / ".metadata"
-    os.utime(meta, ns=(10**18, 10**18))
+    # restore writes files in any order: .metadata may be older than a .distcp
+    os.utime(tmp_path / "iter_0000007" / ".metadata", ns=(10**18, 10**18))
     os.utime(tmp_path / "iter_0000007" / "__0_0.distcp", ns=(2 * 10**18, 2 * 10**18))
-    assert inspect_layout(tmp_path).complete is False
+    assert inspect_layout(tmp_path).step == 7
 
 
 @pytest.mark.parametrize("garbage", [b"12abc", b"\xff\xfe\x00", b"-3", b"1e3"])
@@ -193,7 +193,7 @@ def test_running_upload_leaves_out_the_save_under_way_final_keeps_it_aside(
     assert restored["latest_checkpointed_iteration.txt"] == b"100"
     assert restored["iter_0000100/.metadata"] == b"meta 100"
     torn = [p for p in restored if p.startswith(TORN_DIR + "/")]
-    assert sorted(p.split("/", 3)[3] for p in torn) == sorted(
+    assert sorted(p[len(TORN_DIR) + 1:].split("/", 1)[1] for p in torn) == sorted(
         p for p in before if p.startswith("iter_0000200/"))
     assert not (out / "iter_0000200").exists()  # Megatron will not see the torn save
     assert read_tree(ck) == before  # the user's files: untouched
@@ -228,3 +228,42 @@ def test_regex_selects_files_but_resched_state_travels(tmp_path: Path) -> None:
 
     with pytest.raises(CheckpointError, match="not a valid regular expression"):
         prepare_snapshot(ck, regex="(")
+
+
+def test_wrapper_syncer_publishes_a_megatron_save_and_warns_once_on_a_bad_tracker(
+        tmp_path: Path) -> None:
+    from wrapper.checkpoint import PeriodicSyncer
+
+    ck = tmp_path / "ck"
+    _megatron_iter(ck, 100)
+    _megatron_iter(ck, 200, whole=False)
+    _w(ck / "latest_checkpointed_iteration.txt", "100")
+    lines: list[str] = []
+    store = CheckpointStore(f"memory://ck-{uuid.uuid4().hex}/s")
+    syncer = PeriodicSyncer(ck, store, 3600, settle_s=0, log=lines.append)
+    assert syncer.sync_once().step == 100  # type: ignore[union-attr]
+    _w(ck / "latest_checkpointed_iteration.txt", "two hundred")
+    syncer.sync_once()
+    syncer.sync_once()
+    warnings = [line for line in lines if line.startswith("warning:")]
+    assert len(warnings) == 1 and "not an iteration number" in warnings[0]
+    _w(ck / "latest_checkpointed_iteration.txt", "100")
+    final = syncer.stop()
+    assert final is not None and final.step == 100
+
+
+def test_a_pod_that_has_not_saved_yet_uploads_nothing_at_once(tmp_path: Path) -> None:
+    """Only the wrapper's own state (.resched/) in the folder: no empty checkpoint becomes
+    the latest, and the round is a skip (immediate), not a failed upload retried 5 times."""
+    from wrapper.checkpoint.osmo_upload import UploadKind, upload_checkpoint
+
+    ck = tmp_path / "models"
+    _w(ck / ".resched" / "node-0" / "history.json", "{}")
+    with pytest.raises(SnapshotUnstableError, match="nothing to upload yet"):
+        prepare_snapshot(ck)
+    slept: list[float] = []
+    url = f"memory://ck-{uuid.uuid4().hex}/s"
+    for final in (False, True):
+        outcome = upload_checkpoint(ck, url, final=final, sleep=slept.append)
+        assert outcome.kind is UploadKind.SKIPPED and "nothing to upload yet" in outcome.reason
+    assert slept == [] and CheckpointStore(url).list() == []

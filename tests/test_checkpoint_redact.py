@@ -46,6 +46,8 @@ def test_redact_masks_credentials_and_keeps_the_rest(text: str, gone: list[str],
 
 @pytest.mark.parametrize("text", [
     "file:///tmp/a:b@c/ckpt", "published step 5 to s3://bucket/run1: 3 files",
+    "chaos 'kill:master@15s,exit:worker_1=16@35s,term:master@3ckpt' fired",
+    "--chaos: 'melt:t@2s' is not a fault (write KIND:TASK@20s)", "kill:master@1.5s",
     "contact user@example.com", "at 12:30 the session ended; keys monkey signal",
     "/data/ckpt/A: weird name", "fix: check the URL",
 ])
@@ -157,3 +159,11 @@ def test_wrapper_lines_events_and_records_are_redacted(tmp_path: Path,
     assert "final publish to s3://***@127.0.0.1:1/bucket FAILED" in err
     assert SECRET not in err and KEY not in err
     assert SECRET not in record.read_text() and json.loads(record.read_text())["url"]
+
+
+def test_a_file_url_with_user_info_is_refused_not_made_a_relative_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out = _cli("checkpoint", "publish", str(_src(tmp_path)), f"file://{KEY}:{SECRET}@/x")
+    assert code == 1 and "is not a local path URL" in out and SECRET not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

@@ -189,3 +189,15 @@ _NAME_BYTES = st.binary(min_size=1, max_size=40).filter(
 def test_every_posix_name_round_trips_or_is_refused_up_front(tmp_path: Path,
                                                              names: list[bytes]) -> None:
     _round_trip(tmp_path, names)
+
+
+def test_hashing_a_source_that_shrank_is_a_short_read_not_a_crash(tmp_path: Path) -> None:
+    # A training may truncate a file in place while it is published: the hash must see a
+    # short read (then the stat comparison refuses the file), never SIGBUS from a mapping.
+    from wrapper.checkpoint.hashing import copy_and_digest
+
+    src = tmp_path / "a"
+    src.write_bytes(b"x" * 100)
+    with open(src, "rb") as source, open(tmp_path / "b", "wb") as target:
+        copied, digest = copy_and_digest(source.fileno(), target.fileno(), 1 << 20)
+    assert copied == 100 and digest == hashlib.sha256(b"x" * 100).hexdigest()

@@ -113,6 +113,8 @@ def test_plan_substitutes_tokens_everywhere() -> None:
     assert master.checkpoints[0].frequency_s == 60
     eval_task = plan.groups[1].tasks[0]
     assert eval_task.argv == ("cat", "/w/tasks/eval/input/0")
+    uuid_spec = SPEC.replace('command: ["true"]', 'command: ["echo", "{{uuid}}", "{{workflow_id}}"]')
+    assert plan_of(uuid_spec).groups[0].tasks[1].argv == ("echo", "run-1-worker_1", "run-1")
     assert plan.groups[1].depends_on == ("train",)
     assert plan.exec_timeout_s == 90
     assert any("nvcr.io/x" in note for note in plan.not_emulated)
@@ -264,3 +266,10 @@ def test_fault_metrics_follow_one_fault_through_recovery() -> None:
     assert line.startswith("COMPLETED in 16s: 1 fault, detection 0.2 s, resume 3.3 s, ETTR 0.67 "
                            "(Young/Daly model ")
     assert "bound" not in line
+
+
+def test_a_host_token_must_name_a_task_of_the_workflow() -> None:
+    with pytest.raises(SpecError, match=r"\{\{host:nobody\}\} names no task of this workflow"):
+        plan_of(SPEC.replace("{{host:worker_1}}", "{{host:nobody}}"))
+    # another group's task is fine locally (every task is on 127.0.0.1); names compare loosely
+    assert "127.0.0.1" in plan_of(SPEC.replace("{{host:worker_1}}", "{{host:EVAL}}")).groups[0].tasks[0].argv[2]

@@ -30,6 +30,6 @@ def test_straggler_stop_reschedules_without_the_flagged_node(tmp_path: Path) -> 
     assert record["exclude_nodes"] == ["dgx-1"] and record["stragglers"] == {"1": "dgx-1"}
     # relative performance per rank and section, from NVRx's report
     scores = record["straggler_section_scores"]["step"]
-    assert scores["0"] == pytest.approx(1.0) and scores["1"] < 0.7
+    assert scores["0"] == pytest.approx(1.0) and scores["1"] < 0.5
     assert record["counts_as_failure"] is False and not flag.exists()
     assert record["exclude_node"] is False  # this wrapper's node (node-a) was not flagged

@@ -167,6 +167,11 @@ def test_the_module_is_pure_and_light() -> None:
             "print(sorted(m for m in ('pydantic', 'click', 'yaml', 'fsspec', 'subprocess') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+    # ... and the Slurm in-job helper that uses it (with the transfer helpers) stays light too
+    code = ("import sys, workflows.backends.slurm.jobside; "
+            "print(sorted(m for m in ('pydantic', 'click', 'yaml', 'jinja2', 'fsspec') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 # -- the pipeline: a bad DAG or a bad option is one line before anything runs ----------------
@@ -224,3 +229,35 @@ def test_backend_flags_come_from_the_option_tables(tmp_path, args: list[str], me
     result = CliRunner().invoke(main, ["submit", str(spec), "--dry-run", *args])
     assert result.exit_code != 0 and message in result.output, result.output
     assert len(result.output.strip().splitlines()) <= 2  # lint lines aside, one line for the error
+
+
+def test_another_workflows_task_input_is_osmos_business_not_the_emulators(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text('workflow:\n  name: w\n  tasks:\n  - name: a\n    command: ["true"]\n'
+                    '    inputs:\n    - task: "wf-12:b"\n')
+    sent = CliRunner().invoke(main, ["submit", "--backend", "osmo", "--dry-run", str(spec)])
+    assert sent.exit_code == 0, sent.output
+    assert 'wf-12:b' in sent.output
+    for backend in ("local", "slurm"):
+        refused = CliRunner().invoke(main, ["submit", "--backend", backend, "--dry-run", str(spec)])
+        assert refused.exit_code != 0 and f"{spec}:7 workflow.tasks[0].inputs[0]" in refused.output
+        assert "of workflow wf-12" in refused.output
+
+
+@pytest.mark.parametrize("command", [["run"], ["submit", "--backend", "slurm", "--dry-run"]])
+def test_a_regex_that_does_not_compile_is_one_line_before_anything_runs(tmp_path, command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from workflows.cli import main
+
+    spec = tmp_path / "wf.yaml"
+    spec.write_text('workflow:\n  name: w\n  tasks:\n  - name: a\n    command: ["true"]\n'
+                    '    outputs:\n    - url: file:///nowhere/out\n      regex: "(unclosed"\n')
+    result = CliRunner().invoke(main, [*command, str(spec), "--workdir", str(tmp_path / "work")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"{spec}:8 workflow.tasks[0].outputs[0].regex: regex '(unclosed' does not compile" in result.output
+    assert not (tmp_path / "work").exists()

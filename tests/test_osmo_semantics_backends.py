@@ -49,23 +49,27 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         yield Backend("local")
 
 
-def run_on(backend: Backend, tmp_path: Path, spec_text: str, groups: tuple[str, ...]) -> Outcome:
+def run_on(backend: Backend, tmp_path: Path, spec_text: str, groups: tuple[str, ...],
+           max_retry_per_task: int | None = None) -> Outcome:
     spec = tmp_path / "wf.yaml"
     spec.write_text(textwrap.dedent(spec_text).lstrip())
+    retry = {} if max_retry_per_task is None else {"max_retry_per_task": max_retry_per_task}
     if backend.cluster is None:
-        run = run_local(spec, workdir=tmp_path / "work")
+        flags = [f"--max-retry-per-task={max_retry_per_task}"] if retry else []
+        run = run_local(spec, *flags, workdir=tmp_path / "work")
         tasks = run.workdir / "tasks"
         ran = frozenset(e["task"] for e in run.report.get("events", []) if e["kind"] == "group_started")
         outputs = {d.name: d / "output" for d in tasks.iterdir()} if tasks.is_dir() else {}
         status = "COMPLETED" if run.returncode == 0 else "FAILED"
         return Outcome(status, ran, outputs, run.stdout + run.stderr)
-    return _run_on_slurm(backend.cluster, spec, tmp_path / "work", groups)
+    return _run_on_slurm(backend.cluster, spec, tmp_path / "work", groups, retry)
 
 
-def _run_on_slurm(cluster: SlurmCluster, spec: Path, workdir: Path, groups: tuple[str, ...]) -> Outcome:
+def _run_on_slurm(cluster: SlurmCluster, spec: Path, workdir: Path, groups: tuple[str, ...],
+                  options: dict[str, object]) -> Outcome:
     job = load_workflow(spec, ValueOptions(), lint_target="slurm")
     backend = SlurmBackend()
-    request = backend.dry_run(job, {"workdir": workdir})
+    request = backend.dry_run(job, {"workdir": workdir, **options})
     ids = backend.submit(request).job_id.split(",")
     by_group = {j.group: i for j, i in zip(request.jobs, ids)}
     states = {g: cluster.wait_for_state(by_group[g], {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"},
@@ -175,3 +179,51 @@ def test_independent_groups_run_at_the_same_time(backend: Backend, tmp_path: Pat
     out = run_on(backend, tmp_path, RENDEZVOUS.replace("RV", str(rendezvous)), ("left", "right"))
     assert out.status == "COMPLETED", out.log
     assert out.ran == {"left", "right"}
+
+
+NONLEAD_FAILS = """
+workflow:
+  name: nonlead
+  groups:
+  - name: pair
+    ignoreNonleadStatus: IGNORE
+    tasks:
+    - name: lead
+      lead: true
+      command: ["bash", "-c", "for i in $(seq 1200); do [ -e RV/failed ] && break; sleep 0.1; done; LINGER; exit 0"]
+    - name: helper
+      command: ["bash", "-c", "touch RV/failed; exit 7"]
+"""
+
+
+@pytest.mark.parametrize("ignore", [True, False])
+def test_a_nonlead_failure_is_ignored_or_fails_the_group(backend: Backend, tmp_path: Path, ignore: bool) -> None:
+    """ignoreNonleadStatus true: the lead's clean exit decides (COMPLETED); false: the
+    non-lead's failure ends the group at once (the lead would otherwise run for 10 min)."""
+    rendezvous = tmp_path / "work" / "rv"
+    rendezvous.mkdir(parents=True)
+    spec = (NONLEAD_FAILS.replace("RV", str(rendezvous)).replace("IGNORE", str(ignore).lower())
+            .replace("LINGER", "true" if ignore else "sleep 600"))
+    out = run_on(backend, tmp_path, spec, ("pair",))
+    assert out.status == ("COMPLETED" if ignore else "FAILED"), out.log
+
+
+RETRIES = """
+workflow:
+  name: retries
+  tasks:
+  - name: flaky
+    command: ["bash", "-c", "echo run >> RV/runs; exit 3"]
+    exitActions:
+      RESCHEDULE: "3"
+"""
+
+
+def test_reschedule_stops_at_the_retry_limit(backend: Backend, tmp_path: Path) -> None:
+    """RESCHEDULE: 3 with --max-retry-per-task 1: one reschedule, then the workflow FAILS."""
+    rendezvous = tmp_path / "work" / "rv"
+    rendezvous.mkdir(parents=True)
+    out = run_on(backend, tmp_path, RETRIES.replace("RV", str(rendezvous)), ("flaky-group",),
+                 max_retry_per_task=1)
+    assert out.status == "FAILED", out.log
+    assert (rendezvous / "runs").read_text().count("run") == 2, out.log

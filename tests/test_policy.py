@@ -145,20 +145,25 @@ def test_node_that_failed_twice_is_marked_for_exclusion() -> None:
 def test_node_suspect_rules_exclude_the_node_on_first_failure(rule: str) -> None:
     d = run(rule, node="dgx-a17")
     assert (d.action, d.exclude_node) == ("reschedule", True)
-    assert "node dgx-a17 marked for exclusion" in d.reason and d.reschedules_left == 1
+    # moving off a blamed node is infrastructure recovery: no failure budget spent
+    assert "node dgx-a17 marked for exclusion" in d.reason and d.reschedules_left == 2
+    assert "no failure budget spent" in d.reason
 
 
 def test_abort_rules_abort_and_complete_completes() -> None:
     assert run("cuda-oom").action == "abort"
     d = run("complete")
     assert (d.action, d.exclude_node) == ("complete", False)
-    assert run("megatron-rerun-16", history_of(*[failure("x", "reschedule", node=f"n{i}") for i in range(2)])).action == "abort"
+    spent = history_of(*[failure("x", "reschedule", node=f"n{i}") for i in range(2)])
+    assert run("megatron-rerun-16", spent).action == "reschedule"  # a node replacement is free
+    no_replacements = Budgets(max_node_replacements=0)
+    assert run("megatron-rerun-16", spent, no_replacements).action == "abort"
 
 
 def test_reason_reads_as_a_sentence() -> None:
     d = run("megatron-rerun-16", node="dgx-a17")
     assert d.reason.startswith("rule megatron-rerun-16 (megatron-rerun): Megatron exit 16 (resume to disambiguate) -> reschedule")
-    assert d.reason.endswith("retries left 3/3, reschedules left 1/2")
+    assert d.reason.endswith("retries left 3/3, reschedules left 2/2")
 
 
 def test_host_oom_retry_once_then_abort() -> None:
@@ -196,8 +201,11 @@ def test_without_progress_every_failure_sequence_ends_in_abort(rules: list[str],
         if d.action == "abort":
             break
         non_abort += 1
-        attempts.append(failure(rules[i % len(rules)], d.action, node=node, allocation=f"a{allocation}"))
+        attempts.append(failure(rules[i % len(rules)], d.action, node=node, allocation=f"a{allocation}",
+                                exclude_node=d.exclude_node))
         allocation += d.action == "reschedule"
     else:
         raise AssertionError("never aborted")
-    assert non_abort <= (max_retries + 1) * (max_reschedules + 1)
+    # node replacements (reschedules off a blamed node) are free up to their own cap
+    moves = max_reschedules + budgets.max_node_replacements
+    assert non_abort <= (max_retries + 1) * (moves + 1)

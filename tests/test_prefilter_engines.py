@@ -85,8 +85,10 @@ def test_real_logs_same_hits_with_either_engine(log: Path, monkeypatch: pytest.M
 
 
 def test_every_real_log_line_with_the_hostile_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = "".join(p.read_text(encoding="utf-8", errors="replace") + "\n" for p in REAL_LOGS)
-    assert_same(HOSTILE, text, monkeypatch)
+    # each distinct line once, cut to 2000 characters: the naive reference is slow
+    lines = dict.fromkeys(line[:2000] for p in REAL_LOGS
+                          for line in p.read_text(encoding="utf-8", errors="replace").split("\n"))
+    assert_same(HOSTILE, "\n".join(lines) + "\n", monkeypatch)
 
 
 HOSTILE_LINES = [

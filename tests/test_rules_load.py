@@ -122,7 +122,7 @@ def test_parse_signal() -> None:
 @pytest.mark.e2e
 def test_cli_reports_a_bad_rules_file_in_one_line(tmp_path: Path) -> None:
     path = write(tmp_path, "- {id: ib-flap, category: network, decision: retryy, match: {}}\n")
-    result = subprocess.run([sys.executable, "-m", "workflows.cli", "classify", "--exit-code", "1", "--rules", str(path)],
+    result = subprocess.run([sys.executable, "-m", "workflows.cli", "classify", "--no-log", "--exit-code", "1", "--rules", str(path)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [

@@ -68,6 +68,12 @@ def substitute(text: str, resolve: Callable[[Token], str]) -> str:
     return TOKEN.sub(lambda m: resolve(parse_token(m.group(1))), text)
 
 
+def host_task(token: Token, task_names: Iterable[str]) -> str | None:
+    """The task ``{{host:T}}`` names, as spelled in the spec; None: no such task."""
+    wanted = normalize_name(token.argument)
+    return next((t for t in task_names if normalize_name(t) == wanted), None)
+
+
 def normalize_name(name: str) -> str:
     """OSMO compares names case-insensitively with ``-`` and ``_`` treated as equal."""
     return name.lower().replace("_", "-")
@@ -316,7 +322,8 @@ def input_rules(inputs: Sequence[object]) -> tuple[InputRule, ...]:
             rules.append(InputRule(index, InputKind.TASK, name, getattr(item, "regex", None),
                                    workflow_id or None))
         else:
-            rules.append(InputRule(index, InputKind.URL, str(getattr(item, "url", "")), getattr(item, "regex", None)))
+            url = str(getattr(item, "url", ""))
+            rules.append(InputRule(index, InputKind.URL, url, getattr(item, "regex", None)))
     return tuple(rules)
 
 
@@ -326,16 +333,40 @@ def input_token_key(token: Token, rules: Sequence[InputRule]) -> int | None:
     if index is not None:
         return index if index < len(rules) else None
     wanted = normalize_name(token.argument)
-    return next((r.index for r in rules if r.kind is InputKind.TASK and normalize_name(r.source) == wanted), None)
+    named = (r.index for r in rules if r.kind is InputKind.TASK and normalize_name(r.source) == wanted)
+    return next(named, None)
 
 
 # ------------------------------------------------------------------------------- DAG
 class DagError(ValueError):
-    """A ``task:`` input that cannot be ordered; ``path`` is the YAML path to point at."""
+    """A spec the runtime cannot run (a ``task:`` input that cannot be ordered, a ``regex:``
+    that does not compile); ``path`` is the YAML path to point at."""
 
     def __init__(self, message: str, path: str, fix: str) -> None:
         super().__init__(message)
         self.path, self.fix = path, fix
+
+
+def check_patterns(spec: object) -> None:
+    """Every ``regex:`` (inputs, outputs, checkpoint) compiles, before anything runs:
+    otherwise the first staging or upload would fail halfway, after work was done."""
+    groups = spec.task_groups()  # type: ignore[attr-defined]
+    flat = getattr(spec, "groups", None) is None
+    for g_index, group in enumerate(groups):
+        for t_index, task in enumerate(group.tasks):
+            base = f"workflow.tasks[{g_index}]" if flat else f"workflow.groups[{g_index}].tasks[{t_index}]"
+            for field in ("inputs", "outputs", "checkpoint"):
+                for index, item in enumerate(getattr(task, field, ())):
+                    regex = getattr(item, "regex", None)
+                    if regex is None:
+                        continue
+                    try:
+                        re.compile(regex)
+                    except re.error as error:
+                        raise DagError(f"regex {regex!r} does not compile: {error}",
+                                       f"{base}.{field}[{index}].regex",
+                                       "write a Python regular expression (it is searched in "
+                                       "each file's path relative to the folder)") from None
 
 
 @dataclass(frozen=True)
@@ -439,8 +470,12 @@ def _find_cycle(dag: WorkflowDag) -> tuple[str, ...]:
     return ()
 
 
-def workflow_dag(spec: object) -> WorkflowDag:
-    """The DAG of a validated spec (``workflow.groups`` or a flat ``workflow.tasks`` list)."""
+def workflow_dag(spec: object, *, other_workflows: bool = False) -> WorkflowDag:
+    """The DAG of a validated spec (``workflow.groups`` or a flat ``workflow.tasks`` list).
+
+    ``other_workflows``: accept ``task: "<workflow_id>:<task>"`` inputs (OSMO resolves them
+    on its server; they add no edge here). The emulating backends cannot reach them.
+    """
     groups = spec.task_groups()  # type: ignore[attr-defined]
     flat = getattr(spec, "groups", None) is None
     edges = []
@@ -449,6 +484,8 @@ def workflow_dag(spec: object) -> WorkflowDag:
             base = f"workflow.tasks[{g_index}]" if flat else f"workflow.groups[{g_index}].tasks[{t_index}]"
             for rule in input_rules(task.inputs):
                 if rule.kind is InputKind.TASK and rule.workflow_id is not None:
+                    if other_workflows:
+                        continue
                     raise DagError(f"task {task.name} takes inputs from task {rule.source} of workflow "
                                    f"{rule.workflow_id}; this backend runs one workflow and cannot "
                                    "fetch another one's outputs", f"{base}.inputs[{rule.index}]",
@@ -461,4 +498,5 @@ def workflow_dag(spec: object) -> WorkflowDag:
 
 def lead_first(tasks: Sequence[object]) -> tuple[object, ...]:
     """The lead first (it starts first and its end decides), then the others in spec order."""
-    return (*(t for t in tasks if getattr(t, "lead", False)), *(t for t in tasks if not getattr(t, "lead", False)))
+    leads = tuple(t for t in tasks if getattr(t, "lead", False))
+    return (*leads, *(t for t in tasks if t not in leads))

@@ -65,11 +65,14 @@ def load_workflow(
     return LoadedWorkflow(rendered=rendered, spec=spec, findings=tuple(findings))
 
 
-def check_dag(job: LoadedWorkflow) -> osmo_runtime.WorkflowDag:
-    """The group DAG from ``inputs: - task:``; a cycle (or an input no backend can order)
-    is one SpecError at ``file:line``, before anything is written or started."""
+def check_runtime(job: LoadedWorkflow, *, other_workflows: bool = False) -> osmo_runtime.WorkflowDag:
+    """OSMO's runtime rules that a valid spec can still break: every ``regex:`` compiles,
+    and the group DAG from ``inputs: - task:`` has no cycle (nor an input the backend
+    cannot order). A problem is one SpecError at ``file:line``, before anything is
+    written or started. Returns the DAG."""
     try:
-        return osmo_runtime.workflow_dag(job.spec)
+        osmo_runtime.check_patterns(job.spec)
+        return osmo_runtime.workflow_dag(job.spec, other_workflows=other_workflows)
     except osmo_runtime.DagError as error:
         from workflows.lint.core import LintContext
 
@@ -102,12 +105,13 @@ def prepare_request(
     show_findings: Callable[[tuple[Finding, ...]], None] = lambda findings: None,
     verb: str = "submit",
 ) -> Request:
-    """lint gate -> DAG check -> the backend's pure dry run. ``backend.submit(request)``
-    is then the only side effect; ``--dry-run`` prints ``request.materialize()``."""
-    job = load_workflow(
-        path, values, lint_options=LintOptions(target=backend.lint_target, pool_retry_limit=pool_retry_limit)
-    )
+    """lint gate -> runtime check (regexes, DAG) -> the backend's pure dry run.
+
+    ``backend.submit(request)`` is then the only side effect; ``--dry-run`` prints
+    ``request.materialize()``."""
+    lint = LintOptions(target=backend.lint_target, pool_retry_limit=pool_retry_limit)
+    job = load_workflow(path, values, lint_options=lint)
     show_findings(job.findings)
     lint_gate(job, strict=strict, verb=verb)
-    check_dag(job)
+    check_runtime(job, other_workflows=not backend.emulates_runtime)
     return backend.dry_run(job, options)  # the backend checks options against its table

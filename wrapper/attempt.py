@@ -16,6 +16,7 @@ from typing import Any
 
 from wrapper.config import ATTEMPT_ENV, HEARTBEAT_FILE_ENV, NODE_ENV, STATE_DIR_ENV, WrapConfig
 from wrapper.decision import Decision
+from wrapper.ft_state import restore_ft_state, save_ft_state
 from wrapper.hang import HangSettings
 from wrapper.judge import Judge
 from wrapper.launchers import (
@@ -25,6 +26,8 @@ from wrapper.launchers import (
     launcher_env,
     tracker_file,
 )
+from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
+from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -35,8 +38,6 @@ from wrapper.outcome import (
     say,
     write_json_atomic,
 )
-from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
-from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.stop_outcome import StepTracker, judge_stop
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
@@ -61,6 +62,9 @@ class AttemptRunner:
         artifacts = attempt_artifacts_dir(config.state_dir, attempt, config.node)
         artifacts.mkdir(parents=True, exist_ok=True)
         step_before = self._checkpoint_step()
+        if config.ft_state is not None and (line := restore_ft_state(config.ft_state,
+                                                                      config.state_dir)):
+            say(line)
         hang = self._hang_settings(history)
         emit_event("attempt_started", {
             "attempt": attempt, "node": config.node, "allocation": config.allocation,
@@ -83,10 +87,17 @@ class AttemptRunner:
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
         evidence = self._evidence(run, artifacts, feed.scanner)
+        if evidence["exit_code"] == 0 and feed.nvrx.launcher_unhealthy:
+            # ft_launcher exited 0 although its result was UNHEALTHY (a rank was killed):
+            # classify it as the failure it is, never as a completed training.
+            say("note: the launcher exited 0 but reported its workers UNHEALTHY: a failure")
+            evidence = {**evidence, "exit_code": 1}
         diagnosis = self.judge.classify(evidence)
         diagnosis, nvrx = apply_nvrx(diagnosis, feed.nvrx, evidence,
                                      feed.nvrx.straggler_report(artifacts / "straggler.json"))
         step_after = self._checkpoint_step()
+        ft_timeouts = (save_ft_state(config.ft_state, config.state_dir)
+                       if config.ft_state is not None else None)
         decision = self.judge.decide(
             diagnosis, history, node=config.node, allocation=config.allocation,
             step=step_after, retries_used_in_allocation=retries_used + feed.in_job_restarts)
@@ -97,6 +108,7 @@ class AttemptRunner:
             hang_timeout=detector.timeout_s() if detector else None,
             calibrated=detector.calibrated_timeout_s() if detector else hang.calibrated_s,
             evidence=evidence, last_step=feed.steps.last_step, nvrx=nvrx,
+            ft_timeouts=ft_timeouts,
         )
         write_json_atomic(attempt_record_path(config.state_dir, attempt, config.node),
                           record.to_dict())
@@ -210,7 +222,8 @@ class AttemptRunner:
                 steps: tuple[int | None, int | None], restarts: int, artifacts: Path,
                 hang_timeout: float | None, calibrated: float | None,
                 evidence: Mapping[str, Any], last_step: int | None = None,
-                nvrx: NvrxFindings | None = None) -> OutcomeRecord:
+                nvrx: NvrxFindings | None = None,
+                ft_timeouts: Mapping[str, Any] | None = None) -> OutcomeRecord:
         action, reason = Decision.parse(decision.action), str(decision.reason)
         if action is Decision.RETRY and run.stop_signal is not None:
             # The wrapper itself is being stopped (preemption, time limit): never restart
@@ -257,6 +270,7 @@ class AttemptRunner:
                    "unscanned_lines": run.unscanned_lines,
                    "unscanned_bytes": run.unscanned_bytes, **stop_extra,
                    **(nvrx.record_fields() if nvrx is not None else {}),
+                   **({"nvrx_timeouts": dict(ft_timeouts)} if ft_timeouts else {}),
                    "explain_command": self._explain_command(run, artifacts, evidence)},
         )
 

@@ -9,9 +9,10 @@ other rule matches, so the original reason is what the user reads.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from wrapper.launcher_logs import (
     SummaryBlock,
     error_file_text_lines,
     recover,
+    strip_ansi,
 )
 from wrapper.decision import Decision
-from wrapper.rules import Escalation, Match, Rule, RuleSet
+from wrapper.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
 from wrapper.scanner import LineScanner, LogHit
 
 __all__ = [
@@ -58,6 +60,17 @@ class EvidenceLine:
 
 
 @dataclass(frozen=True)
+class RuleMatch:
+    """One rule that matched, and where it stands in the choice (``--explain``)."""
+
+    rule_id: str
+    decision: Decision
+    group: str  # primary / modifier / cascade / catch-all
+    rank: str  # why it stands where it does among its group
+    first_line: EvidenceLine | None  # the earliest log line that made it match
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     rule_id: str
     category: str
@@ -74,6 +87,9 @@ class Diagnosis:
     cascade: bool = False
     status: str = ""  # "exit 1 (torchrun), rank 1 exit 16"
     also_matched: tuple[str, ...] = field(default=())
+    matches: tuple[RuleMatch, ...] = field(default=())  # every rule that matched, winner first
+    why_won: str = ""
+    nearest: tuple[str, ...] = field(default=())  # for unknowns: the rule families closest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +109,15 @@ class Diagnosis:
                 "after": self.escalate.after, "to": str(self.escalate.to), "scope": self.escalate.scope,
             },
             "also_matched": list(self.also_matched),
+            "why_won": self.why_won,
+            "matches": [
+                {"rule": m.rule_id, "decision": str(m.decision), "group": m.group, "rank": m.rank,
+                 "line": None if m.first_line is None else {
+                     "source": m.first_line.source, "line": m.first_line.lineno,
+                     "text": m.first_line.text}}
+                for m in self.matches
+            ],
+            "nearest": list(self.nearest),
         }
 
 
@@ -110,6 +135,7 @@ class _Facts:
     stop_requested: bool
     expect_finished: bool
     finished: bool
+    crashed_at_exit_0: bool = False  # exit 0, but the log holds an uncaught traceback
 
 
 def _status_sets(pairs: Iterable[tuple[int | None, int | None]]) -> tuple[frozenset[int], frozenset[int]]:
@@ -141,9 +167,15 @@ def _facts(evidence: Evidence, report: LauncherReport, hits: Sequence[LogHit]) -
     for name in report.exception_types:
         exc.update({name, name.rsplit(".", 1)[-1]})
     failed = not (evidence.exit_code == 0 and evidence.signal is None)
+    # A launcher that hides its workers' failure exits 0 while the log ends in a
+    # traceback (DeepSpeed's launcher, a shell `|| true`): that is no success, unless
+    # the finished-flag file says training reached its end.
+    crashed = (not failed and TRACEBACK_AT_EXIT_0 in by_rule
+               and not (evidence.expect_finished and evidence.finished))
+    failed = failed or crashed
     tracker = report.tracker_events[-1].status if report.tracker_events else None
     return _Facts(
-        codes=codes, signals=signals, failed=failed,
+        crashed_at_exit_0=crashed, codes=codes, signals=signals, failed=failed,
         hits_by_rule={k: tuple(v) for k, v in by_rule.items()},
         exception_types=frozenset(exc), tracker_status=tracker, launcher=evidence.launcher,
         root_exception=report.root_cause.exception_type if report.root_cause else None,
@@ -163,6 +195,9 @@ def _block_matches(block: Match, facts: _Facts, rule_id: str) -> bool:
         return False
     if not block.requires_status and not facts.failed:
         return False
+    if facts.crashed_at_exit_0 and block.exit_codes is not None and block.patterns == () \
+            and block.exit_codes == frozenset({0}):
+        return False  # "exit 0" alone proves nothing when the log holds a traceback
     flags = (
         (block.hung, facts.hung), (block.stop_requested, facts.stop_requested),
         (block.expect_finished, facts.expect_finished), (block.finished, facts.finished),
@@ -200,17 +235,139 @@ _FALLBACK_SUCCESS = Rule(
 )
 
 
-def _choose(rules: RuleSet, facts: _Facts) -> tuple[Rule, list[Rule]]:
+TRACEBACK_AT_EXIT_0 = "traceback-at-exit-0"  # the catalogue rule that marks it
+
+
+_WARNING_LINE = re.compile(
+    r"^(?:\[[^\]]*\]:?\s*)*(?:\[?[WI]\d{4} |\[?(?:WARNING|INFO)\b|(?:\w+)?Warning: )")
+
+
+def _first_hit(rule: Rule, facts: _Facts) -> LogHit | None:
+    """The earliest log line that made one of the rule's matching blocks hold."""
+    found: list[LogHit] = []
+    for block in rule.matches:
+        if block.patterns and _block_matches(block, facts, rule.id):
+            found.extend(_block_hits(block, facts.hits_by_rule.get(rule.id, ())))
+    errors = [h for h in found if not _WARNING_LINE.match(h.text)]
+    # a rule's error-level line speaks for it before its warning-level ones
+    return min(errors or found, key=lambda h: h.seq) if found else None
+
+
+def _matched_by_status(rule: Rule, facts: _Facts) -> bool:
+    """The rule holds on how the run ended (exit code, signal, run-state flags, Megatron
+    tracker): exact facts, so they rank before log evidence. (An error file's exception
+    type is not among them: it is often a generic wrapper such as DistBackendError, and
+    the log line says more.)"""
+    def exact(block: Match) -> bool:
+        flags = (block.hung, block.stop_requested, block.expect_finished, block.finished)
+        return (block.requires_status or block.tracker_status is not None
+                or any(flag is not None for flag in flags))
+
+    return any(exact(block) and _block_matches(block, facts, rule.id) for block in rule.matches)
+
+
+def _primary_order(rule: Rule, index: int, facts: _Facts,
+                   events: Mapping[str, int]) -> tuple[int, tuple[int, int], int, str]:
+    """Sort key of a primary rule, and the words ``--explain`` prints for it.
+
+    1. user rules, in their precedence order (they are the user's decision);
+    2. rules that hold on the exit status / flags / tracker, in catalogue order;
+    3. node-hardware rules (they exclude the node) matched in the log, in catalogue
+       order: a hardware fault explains the software errors around it, whichever
+       line came first (a socket error before the NVLink Xid is the Xid's victim);
+    4. every other rule by its earliest log line: the first root-class error wins,
+       the errors it caused come after it. A line logged at warning / info level (the
+       program went on after it) ranks after the error lines; a rule matched only by
+       an error file's exception type ranks after both;
+    5. "complete" on a bare exit 0 (without the finished flag): the log's evidence of a
+       stop or failure outranks it.
+    """
+    if not rule.source.endswith(CATALOGUE_PATH.name) or rule.source == "<built-in>":
+        return (0, (index, 0), index, "user rule: user rules come first")
+    if rule.decision is Decision.COMPLETE and not (facts.expect_finished and facts.finished):
+        return (4, (index, 0), index, "a bare exit 0: any failure or stop the log shows outranks it")
+    if _matched_by_status(rule, facts):
+        return (1, (index, 0), index, "holds on the exit status / run state, not on a log line")
+    hit = _first_hit(rule, facts)
+    if rule.exclude_node:
+        return (2, (index, 0), index, "a node / hardware fault: it outranks the errors it causes")
+    if hit is None:
+        return (3, (2, 0), index, "matched on an error file's exception type only")
+    warning = bool(_WARNING_LINE.match(hit.text))
+    level = "a warning-level line" if warning else "an error line"
+    return (3, (1 if warning else 0, events.get(rule.id, hit.seq)), index,
+            f"earliest root-class error wins: {level} at {hit.stream} line {hit.lineno}")
+
+
+_SAME_EVENT_LINES = 5  # error lines this close on one stream are one error (traceback + message)
+
+
+def _events(rules: Sequence[Rule], facts: _Facts) -> dict[str, int]:
+    """Rule id -> the first line of the error event its earliest hit belongs to.
+
+    A traceback's frames, its exception line and the message after it come a few lines
+    apart; rules matching lines of the same event tie, and the more specific rule (the
+    earlier in the catalogue) wins among them."""
+    firsts = sorted(((hit, rule.id) for rule in rules if (hit := _first_hit(rule, facts)) is not None),
+                    key=lambda pair: pair[0].seq)
+    events: dict[str, int] = {}
+    anchor: LogHit | None = None
+    previous: LogHit | None = None
+    for hit, rule_id in firsts:
+        if (anchor is None or previous is None or hit.stream != previous.stream
+                or hit.lineno - previous.lineno > _SAME_EVENT_LINES):
+            anchor = hit
+        events[rule_id] = anchor.seq
+        previous = hit
+    return events
+
+
+@dataclass(frozen=True)
+class _Choice:
+    winner: Rule
+    matched: tuple[Rule, ...]
+    ranked: tuple[RuleMatch, ...]
+    why: str
+
+
+def _choose(rules: RuleSet, facts: _Facts) -> _Choice:
     matched = [rule for rule in rules.rules if _rule_matches(rule, facts)]
+    if facts.crashed_at_exit_0:
+        matched = [r for r in matched if r.decision is not Decision.COMPLETE]
+    index = {rule.id: i for i, rule in enumerate(rules.rules)}
     catch_alls = [r for r in matched if _catch_all(r)]
     specific = [r for r in matched if not _catch_all(r)]
-    primary = [r for r in specific if not r.cascade and not r.exhausts_retries]
+    candidates = [r for r in specific if not r.cascade and not r.exhausts_retries]
+    events = _events(candidates, facts)
+    keyed = {r.id: _primary_order(r, index[r.id], facts, events) for r in candidates}
+    primary = sorted((r for r in specific if r.id in keyed), key=lambda r: keyed[r.id][:3])
     modifiers = [r for r in specific if r.exhausts_retries and not r.cascade]
     cascades = [r for r in specific if r.cascade]
-    for group in (primary, modifiers, cascades, catch_alls):
+    groups = (("primary", primary), ("modifier", modifiers), ("cascade", cascades),
+              ("catch-all", catch_alls))
+    ranked: list[RuleMatch] = []
+    for name, group in groups:
+        for rule in group:
+            hit = _first_hit(rule, facts)
+            rank = keyed[rule.id][3] if rule.id in keyed else {
+                "modifier": "changes the winner's retry into a reschedule",
+                "cascade": "a symptom of another failure: wins only when no primary rule matched",
+                "catch-all": "matches every failure: the last resort",
+            }[name]
+            ranked.append(RuleMatch(
+                rule_id=rule.id, decision=rule.decision, group=name, rank=rank,
+                first_line=None if hit is None else EvidenceLine(hit.stream, hit.lineno, hit.text)))
+    for name, group in groups:
         if group:
-            return group[0], matched
-    return (_FALLBACK_FAILURE if facts.failed else _FALLBACK_SUCCESS), matched
+            winner = group[0]
+            why = f"{winner.id} won: {name} rule"
+            if name == "primary" and len(group) > 1:
+                why += f" ({keyed[winner.id][3]})"
+            elif name != "primary":
+                why += " (no primary rule matched)"
+            return _Choice(winner, tuple(matched), tuple(ranked), why)
+    fallback = _FALLBACK_FAILURE if facts.failed else _FALLBACK_SUCCESS
+    return _Choice(fallback, tuple(matched), tuple(ranked), f"no rule matched: built-in {fallback.id}")
 
 
 def _status_text(evidence: Evidence, report: LauncherReport) -> str:
@@ -249,8 +406,12 @@ def _evidence_lines(rule: Rule, facts: _Facts, report: LauncherReport, status: s
 
 def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Sequence[LogHit]) -> Diagnosis:
     facts = _facts(evidence, report, hits)
-    rule, matched = _choose(rules, facts)
+    choice = _choose(rules, facts)
+    rule, matched = choice.winner, choice.matched
     decision, hint = rule.decision, rule.hint
+    if facts.crashed_at_exit_0:
+        hint = (f"Exit 0, but the log holds an uncaught traceback, so this is no success: "
+                f"decided on the error. {hint}")
     exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
     if exhausted is not None and decision is Decision.RETRY:
         decision = Decision.RESCHEDULE
@@ -263,7 +424,62 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         exclude_node=rule.exclude_node, counts_as_failure=rule.counts_as_failure,
         escalate=rule.escalate, deterministic=rule.deterministic, cascade=rule.cascade,
         status=status, also_matched=tuple(r.id for r in matched if r is not rule and not _catch_all(r)),
+        matches=choice.ranked, why_won=choice.why,
     )
+
+
+_ERRORISH = re.compile(
+    r"error|fail|fatal|exception|abort|killed|terminat|denied|refused|timed? ?out|"
+    r"cannot|could not|unable|segmentation|core dumped|\bnan\b|\binf\b|xid", re.IGNORECASE)
+_UNKNOWN_EVIDENCE_LINES = 5
+_WORD = re.compile(r"[a-z][a-z0-9]{3,}")
+_STOP_WORDS = frozenset(
+    "this that with from have were will when then than into only same your rule rules "
+    "retried retry reschedule rescheduled abort aborted again node error errors failed "
+    "failure the and for not".split())
+
+
+def _error_lines(tails: Sequence[SummaryBlock]) -> list[EvidenceLine]:
+    """The last lines of the logs that look like an error (for a failure no rule knows)."""
+    found: list[EvidenceLine] = []
+    for block in tails:
+        for offset, line in enumerate(block.lines):
+            text = strip_ansi(line).strip()
+            if text and _ERRORISH.search(text) and not text.startswith("File \""):
+                lineno = block.first_lineno + offset if block.first_lineno > 0 else 0
+                found.append(EvidenceLine(source=block.source, lineno=lineno, text=text[:1000]))
+    return found[-_UNKNOWN_EVIDENCE_LINES:]
+
+
+def _nearest_families(lines: Sequence[EvidenceLine], rules: RuleSet) -> tuple[str, ...]:
+    """The rule categories whose words the error lines share most (at most three)."""
+    words = {w for line in lines for w in _WORD.findall(line.text.lower())} - _STOP_WORDS
+    if not words:
+        return ()
+    scores: dict[str, int] = {}
+    for rule in rules.rules:
+        if _catch_all(rule):
+            continue
+        vocabulary = set(_WORD.findall(f"{rule.id} {rule.category} {rule.hint}".lower()))
+        vocabulary |= {w for p in rule.patterns for w in _WORD.findall(p.pattern.lower())}
+        shared = len(words & vocabulary)
+        if shared:
+            scores[rule.category] = max(scores.get(rule.category, 0), shared)
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    return tuple(f"{category} ({count} shared words)" for category, count in ranked[:3])
+
+
+def _explain_unknown(diagnosis: Diagnosis, rules: RuleSet,
+                     tails: Sequence[SummaryBlock]) -> Diagnosis:
+    """An unknown failure says what it saw: the last error lines, the nearest rules."""
+    if diagnosis.category != "unknown":
+        return diagnosis
+    lines = _error_lines(tails)
+    nearest = _nearest_families(lines, rules)
+    hint = diagnosis.hint
+    if nearest:
+        hint += f" Nearest rule families: {', '.join(nearest)}."
+    return replace(diagnosis, evidence=diagnosis.evidence + tuple(lines), nearest=nearest, hint=hint)
 
 
 def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
@@ -274,15 +490,12 @@ def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
 
 def classify(evidence: Evidence, rules: RuleSet) -> Diagnosis:
     """Diagnose one attempt from what the supervisor collected."""
-    report = recover(
-        error_files=evidence.error_files,
-        summaries=[SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)],
-        tracker_file=evidence.tracker_file,
-    )
+    tails = [SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)]
+    report = recover(error_files=evidence.error_files, summaries=tails, tracker_file=evidence.tracker_file)
     scanner = LineScanner(rules)
     _error_file_hits(scanner, evidence.error_files)
     hits = sorted(evidence.hits, key=lambda h: h.seq) + list(scanner.hits)
-    return _diagnose(evidence, rules, report, hits)
+    return _explain_unknown(_diagnose(evidence, rules, report, hits), rules, tails)
 
 
 def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
@@ -298,7 +511,9 @@ def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
             block, rest = text[:cut], text[cut:]
             if block:
                 count += scanner.feed_text(block, stream=str(path))
-                lines = block.split("\n")  # not splitlines(): line numbers count "\n" only
+                # not splitlines(): line numbers count "\n" only; split off the tail only
+                # (a full split of every block cost as much as scanning it)
+                lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
                 if lines[-1] == "":
                     lines.pop()
                 tail.extend(lines[-_SUMMARY_TAIL_LINES:])
@@ -331,10 +546,10 @@ def classify_artifacts(
         hung=hung, stop_signal=stop_signal, expect_finished=expect_finished, finished=finished,
         launcher=launcher,
     )
-    return _diagnose(evidence, rules, report, scanner.hits)
+    return _explain_unknown(_diagnose(evidence, rules, report, scanner.hits), rules, summaries)
 
 
-def format_diagnosis(diagnosis: Diagnosis) -> str:
+def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:
     """The human text ``resched classify`` prints."""
     out = [
         f"rule: {diagnosis.rule_id}   category: {diagnosis.category}   decision: {diagnosis.decision}",
@@ -351,5 +566,16 @@ def format_diagnosis(diagnosis: Diagnosis) -> str:
         out.append(f"  {where}: {line.text}")
     if diagnosis.also_matched:
         out.append(f"also matched: {', '.join(diagnosis.also_matched)}")
+    if explain:
+        out.append(f"why: {diagnosis.why_won}")
+        out.append("every rule that matched, in the order they were weighed:")
+        for match in diagnosis.matches or ():
+            out.append(f"  {match.rule_id} ({match.group}, {match.decision}): {match.rank}")
+            if match.first_line is not None:
+                where = (f"{match.first_line.source} line {match.first_line.lineno}"
+                         if match.first_line.lineno else match.first_line.source)
+                out.append(f"      {where}: {match.first_line.text[:200]}")
+        if not diagnosis.matches:
+            out.append("  (none)")
     out.append(f"hint: {diagnosis.hint}")
     return "\n".join(out)

@@ -24,6 +24,7 @@ INTERNAL_ERROR_EXIT = 70  # EX_SOFTWARE: a wrapper bug, never mistaken for succe
 # budgets
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_MAX_RESCHEDULES = 2
+DEFAULT_MAX_NODE_REPLACEMENTS = 8  # reschedules off a blamed node, without progress
 # the in-place retry backoff's defaults live in wrapper.backoff.Backoff
 
 # timing
@@ -80,6 +81,8 @@ class WrapConfig:
     poll_s: float = 0.05
     # what any stop the wrapper receives reaches the training as (--stop-signal)
     stop_signal: int = signal.SIGTERM
+    stop_broadcast: bool = False  # the scheduler signals every process (Slurm job steps)
+    ft_state: Path | None = None  # NVRx ft_state.json to carry across reschedules
 
     @property
     def stop_signal_name(self) -> str:

@@ -94,6 +94,7 @@ class PastAttempt:
     step: int | None
     failure: bool
     exit_codes: frozenset[int] = frozenset()  # the attempt's and its ranks' exit codes
+    exclude_node: bool = False  # the policy moved the job off this attempt's node
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PastAttempt:
@@ -111,7 +112,8 @@ class PastAttempt:
             codes.extend(ranks.values())
         return cls(rule=text("rule"), node=text("node"), allocation=text("allocation"),
                    decision=decision, step=attempt_step(record), failure=is_failure(record),
-                   exit_codes=frozenset(c for c in codes if type(c) is int))
+                   exit_codes=frozenset(c for c in codes if type(c) is int),
+                   exclude_node=record.get("exclude_node") is True)
 
 
 class HistoryCorrupted(ValueError):
@@ -120,6 +122,11 @@ class HistoryCorrupted(ValueError):
 
 class HistoryError(ReschedError):
     """The state directory cannot hold the history (not writable, not a directory)."""
+
+
+def parse_history(data: Any) -> History:
+    """A History from the JSON of a history file; HistoryCorrupted names what is wrong."""
+    return _parse(data)
 
 
 def _parse(data: Any) -> History:
@@ -143,6 +150,12 @@ def _parse(data: Any) -> History:
         last_progress_step=step,
         calibrated_hang_timeout=None if hang is None else float(hang),
     )
+
+
+def with_outcome(history: History, outcome: Mapping[str, Any]) -> History:
+    """The history after one more attempt: what ``HistoryStore.record`` writes, in memory
+    (the failure simulator replays thousands of attempts through it)."""
+    return _with_outcome(history, outcome)
 
 
 def _with_outcome(history: History, outcome: Mapping[str, Any]) -> History:

@@ -34,6 +34,7 @@ class NvrxFindings:
     restart_root_cause: str | None
     stragglers: StragglerReport | None
     exclude_nodes: tuple[str, ...]
+    launcher_unhealthy: bool = False  # the launcher exited 0 over an UNHEALTHY result
 
     def record_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"inprocess_restarts": self.inprocess_restarts}
@@ -48,6 +49,8 @@ class NvrxFindings:
                     for name, ranks in self.stragglers.section_scores.items()}
         if self.exclude_nodes:
             fields["exclude_nodes"] = list(self.exclude_nodes)
+        if self.launcher_unhealthy:
+            fields["launcher_reported_unhealthy"] = True
         return fields
 
 
@@ -56,7 +59,7 @@ def apply_nvrx(diagnosis: Any, watch: NvrxWatch, evidence: Mapping[str, Any],
     """(diagnosis to decide on, findings for the record)."""
     verdict = watch.inprocess_verdict()
     findings = NvrxFindings(watch.restarts, verdict.root_cause if verdict else None,
-                            stragglers, ())
+                            stragglers, (), watch.launcher_unhealthy)
     if not dataclasses.is_dataclass(diagnosis) or isinstance(diagnosis, type):
         return diagnosis, findings  # a scripted judge's diagnosis: leave it alone
     if verdict is not None and evidence.get("exit_code") != 0 and not evidence.get("stop_signal"):

@@ -32,6 +32,10 @@ _WORLD_TOO_SMALL = re.compile(r"state\.active_world_size=(\d+) self\.min_active_
 _STRAGGLER_WARNING = re.compile(r"STRAGGLER DETECTION WARNING.*Affected ranks: (\{.*\})")
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='([^']*)'\)")
 _SCORE = re.compile(r"(?:\bSection=(\S+) )?\bRank=(\d+) Node=(\S+) Score=([0-9.]+)")
+# ft_launcher 0.4.1 with --max-restarts 0 exits 0 after its rank monitor killed a hung
+# rank: "Agent .run() is OK. No failures in the result. result=RunResult(state=
+# <WorkerState.UNHEALTHY: 'UNHEALTHY'>, ... failures={1: ProcessFailure(...)})".
+_UNHEALTHY_RESULT = re.compile(r"RunResult\(state=<WorkerState\.(?:UNHEALTHY|FAILED)\b")
 _EXC_NAME = re.compile(r"^([A-Za-z_][\w.]*)\(")
 # What the healthy ranks die of while they wait for the failed one (cascades)
 _ECHO = re.compile(r"Timed out waiting \d+ms|Connection closed by peer|Connection reset by peer"
@@ -97,10 +101,11 @@ class NvrxWatch:
         self.flagged: dict[int, str] = {}
         self.scores: dict[int, float] = {}
         self.section_scores: dict[str, dict[int, float]] = {}
+        self.launcher_unhealthy = False  # the launcher's own result says its workers failed
 
     def feed(self, text: str) -> bool:
         """Read a block of lines; True when it shows an in-process restart under way."""
-        if ("fn_ex" not in text and "RestartAbort" not in text
+        if ("fn_ex" not in text and "RestartAbort" not in text and "RunResult(" not in text
                 and "STRAGGLER" not in text and "Score=" not in text):
             return False  # the common case: one substring test per block
         restarting = False
@@ -110,6 +115,8 @@ class NvrxWatch:
                 restarting = True
             elif (m := _RESTART_ABORT.search(line)) is not None and self.restart_abort is None:
                 self.restart_abort = (m.group(1) or "").strip() or line.strip()
+            if _UNHEALTHY_RESULT.search(line):
+                self.launcher_unhealthy = True
             if (m := _STRAGGLER_WARNING.search(line)) is not None:
                 for rank, node in _STRAGGLER_ID.findall(m.group(1)):
                     self.flagged[int(rank)] = node

@@ -13,7 +13,13 @@ The order of questions (each answered from data only, no clock, no I/O):
    or anywhere) the decision becomes X.
 6. retry while in-place retries last in this allocation (exponential backoff), then
    reschedule.
-7. reschedule while the failure-reschedule budget lasts, then abort.
+7. reschedule while the failure-reschedule budget lasts, then abort. A reschedule that
+   moves the job off a node the policy blames (excluded: a hardware rule, exit 16, a
+   node that failed twice) is infrastructure recovery, not the job failing: it spends
+   no failure budget (SkyPilot's two axes), up to ``max_node_replacements`` without
+   checkpoint progress, beyond which the fault follows the job, not its nodes. At scale
+   this matters: 16K GPUs see independent hardware faults on different nodes within
+   one checkpoint interval, which a shared budget of 2 turned into an abort.
 
 Budgets count failures since the checkpoint last advanced (``reset_on_progress``), so
 a long run that keeps making progress is never aborted for a few scattered faults.
@@ -28,7 +34,11 @@ from dataclasses import dataclass, field
 
 from wrapper.backoff import Backoff
 from wrapper.classify import Diagnosis
-from wrapper.config import DEFAULT_MAX_RESCHEDULES, DEFAULT_MAX_RETRIES
+from wrapper.config import (
+    DEFAULT_MAX_NODE_REPLACEMENTS,
+    DEFAULT_MAX_RESCHEDULES,
+    DEFAULT_MAX_RETRIES,
+)
 from wrapper.decision import Decision
 from wrapper.history import History, PastAttempt
 
@@ -40,6 +50,7 @@ class Budgets:
     max_retries: int = DEFAULT_MAX_RETRIES
     max_reschedules: int = DEFAULT_MAX_RESCHEDULES
     reset_on_progress: bool = True
+    max_node_replacements: int = DEFAULT_MAX_NODE_REPLACEMENTS
     backoff: Backoff = field(default_factory=Backoff)  # first in-place retry: no wait
 
 
@@ -60,6 +71,7 @@ class _Counts:
     window: tuple[PastAttempt, ...]  # failures since the checkpoint last advanced
     retries_used: int
     reschedules_used: int
+    replacements: int  # reschedules off an excluded node (spend no failure budget)
 
 
 def _counts(history: History, budgets: Budgets, allocation: str, step: int | None,
@@ -79,8 +91,11 @@ def _counts(history: History, budgets: Budgets, allocation: str, step: int | Non
         retries = retries_in(failures) + unrecorded
     else:
         retries = max(recorded, retries_used_in_allocation)
-    reschedules = sum(1 for a in failures if a.decision is Decision.RESCHEDULE)
-    return _Counts(window=tuple(failures), retries_used=retries, reschedules_used=reschedules)
+    moved = [a for a in failures if a.decision is Decision.RESCHEDULE]
+    # the first max_node_replacements moves off a blamed node were free; later ones spent
+    replacements = min(budgets.max_node_replacements, sum(1 for a in moved if a.exclude_node))
+    return _Counts(window=tuple(failures), retries_used=retries,
+                   reschedules_used=len(moved) - replacements, replacements=replacements)
 
 
 def _summary(diagnosis: Diagnosis) -> str:
@@ -128,10 +143,10 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
     head = f"rule {diagnosis.rule_id} ({diagnosis.category}): {_summary(diagnosis)}"
 
     def done(action: Decision, why: str, *, backoff: float = 0.0,
-             spend: bool = True) -> PolicyDecision:
+             spend: bool = True, budget: bool = True) -> PolicyDecision:
         exclude, node_note = _node_exclusion(diagnosis, history, node, spend)
         r_left = retries_left - (1 if action is Decision.RETRY and spend else 0)
-        s_left = reschedules_left - (1 if action is Decision.RESCHEDULE and spend else 0)
+        s_left = reschedules_left - (1 if action is Decision.RESCHEDULE and spend and budget else 0)
         budget_note = (f"retries left {r_left}/{budgets.max_retries}, "
                        f"reschedules left {s_left}/{budgets.max_reschedules}")
         parts = [f"{head} -> {action}", why, node_note,
@@ -164,6 +179,15 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         action = Decision.RESCHEDULE
         why = _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
     if action is Decision.RESCHEDULE:
+        excluded, _ = _node_exclusion(diagnosis, history, node, True)
+        # the second bound holds even for records that do not say they excluded a node
+        moves = counts.replacements + counts.reschedules_used
+        if (excluded and counts.replacements < budgets.max_node_replacements
+                and moves < budgets.max_reschedules + budgets.max_node_replacements):
+            return done(Decision.RESCHEDULE, _join(why, (
+                f"the node is replaced: infrastructure recovery, no failure budget spent "
+                f"({counts.replacements + 1}/{budgets.max_node_replacements} replacements "
+                "without progress)")), budget=False)
         if reschedules_left > 0:
             return done(Decision.RESCHEDULE, why)
         return done(Decision.ABORT, _join(why, f"reschedule budget used up ({budgets.max_reschedules} failure reschedules)"))

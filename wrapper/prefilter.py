@@ -322,7 +322,12 @@ class HyperscanPrefilter:
         self._all = Prefilter(patterns)
         self._rest = Prefilter(rest) if rest else None
         self.re_patterns = tuple(rest)  # what Hyperscan could not be trusted with
-        self.may_match = self._all.may_match
+
+    def may_match(self, line: str) -> bool:
+        # one line is a block of one: the same sound candidates, Hyperscan first. (The
+        # pure-`re` check alone crawls when a catalogue pattern's only literal is a
+        # common case-insensitive word such as "loss".)
+        return next(self.candidates(line), None) is not None
 
     def candidates(self, text: str) -> Iterator[int]:
         """Positions (unordered, maybe repeated) in ``text`` where a rule may match."""

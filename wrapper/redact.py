@@ -38,8 +38,12 @@ _QUERY_ONLY_NAME = r"|sig|sk|key|code"
 _URL_USERINFO = re.compile(
     r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:?#]*)(?::[^\s@]*)?@"
 )
-# The same user-info once a library stripped the scheme ("KEY:SECRET@host/bucket").
-_BARE_USERINFO = re.compile(r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s@'\"]*@")
+# The same user-info once a library stripped the scheme ("KEY:SECRET@host/bucket"). A
+# "host" that is only a duration or a checkpoint count is a chaos spec
+# ("kill:master@20s", "term:master@3ckpt"), which has the same shape and no secret.
+_BARE_USERINFO = re.compile(
+    r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s@'\"]*@"
+    r"(?!\d+(?:\.\d+)?(?:ms|us|s|m|h|d|ckpt)?(?![\w.:/]))")
 _QUERY_SECRET = re.compile(
     rf"(?P<lead>[?&;](?i:{_SECRET_NAME}{_QUERY_ONLY_NAME})=)[^&\s#'\"]*")
 _PAIR_SECRET = re.compile(

@@ -32,11 +32,15 @@ CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 _RULE_KEYS = {
     "id", "category", "decision", "hint", "match", "cascade", "exclude_node",
     "counts_as_failure", "escalate", "deterministic", "exhausts_retries", "trust_exception_type",
+    "cites",
 }
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
-    "launcher", "hung", "stop_requested", "expect_finished", "finished",
+    "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
 }
+_TABLE_KEYS = {"source", "list", "patterns", "rows", "texts"}
+_ROW_KEYS = {"key", "text", "action", "class"}
+_PLACEHOLDER_RE = re.compile(r"\{(key|text)\}")
 _BOOL_MATCH_KEYS = ("hung", "stop_requested", "expect_finished", "finished")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
 _LEADING_FLAGS_RE = re.compile(r"^\(\?([aiLmsux]+)\)")
@@ -78,6 +82,54 @@ class Match:
 
 
 @dataclass(frozen=True)
+class TableRow:
+    """One entry of an authoritative list: its key (Xid number, enum name), its message,
+    the action the source documents, and the class resched maps it to."""
+
+    key: str
+    text: str | None
+    action: str
+    klass: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """An authoritative enumeration kept as data (docs/rules.md, "Tables").
+
+    ``patterns`` are regex templates: ``{key}`` / ``{text}`` become an alternation of the
+    selected rows' keys / messages (escaped), so one rule covers a whole class of rows.
+    """
+
+    name: str
+    source: str  # URL
+    list: str  # which list at that URL
+    patterns: tuple[str, ...]
+    rows: tuple[TableRow, ...]
+    texts_are_regex: bool = False  # rows' texts are regexes (variable parts), not literals
+
+    def classes(self) -> frozenset[str]:
+        return frozenset(row.klass for row in self.rows)
+
+    def expand(self, classes: frozenset[str]) -> tuple[str, ...]:
+        rows = [row for row in self.rows if row.klass in classes]
+        keys = _alternation(row.key for row in rows)
+        texts = _alternation((row.text for row in rows if row.text), escape=not self.texts_are_regex)
+        out = []
+        for template in self.patterns:
+            wants = set(_PLACEHOLDER_RE.findall(template))
+            if ("key" in wants and not keys) or ("text" in wants and not texts):
+                continue
+            out.append(template.replace("{key}", keys).replace("{text}", texts))
+        return tuple(out)
+
+
+def _alternation(values: Iterable[str], *, escape: bool = True) -> str:
+    # longest first, so that 'Xid 14' never wins over 'Xid 145' inside one group
+    unique = sorted(set(values), key=lambda v: (-len(v), v))
+    return "|".join(re.escape(v) if escape else f"(?:{v})" for v in unique)
+
+
+@dataclass(frozen=True)
 class Rule:
     id: str
     category: str
@@ -94,6 +146,8 @@ class Rule:
     # when an error file / failure summary names the root cause's exception type, only
     # the rule's exception_types blocks count (a caught, logged KeyError is not a cause)
     trust_exception_type: bool = False
+    # where the facts behind the rule come from (URL + which list); table rows add theirs
+    cites: tuple[str, ...] = ()
 
     @property
     def patterns(self) -> tuple[re.Pattern[str], ...]:
@@ -111,6 +165,7 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     sources: tuple[str, ...] = ()
+    tables: tuple[Table, ...] = ()
 
     def by_id(self, rule_id: str) -> Rule | None:
         for rule in self.rules:
@@ -138,11 +193,19 @@ def load_rules(user_files: Sequence[Path] = ()) -> RuleSet:
             user_rules.append(rule)
     catalogue = [rule for rule in load_rule_file(CATALOGUE_PATH) if rule.id not in seen_user]
     sources = tuple(str(p) for p in user_files) + (str(CATALOGUE_PATH),)
-    return RuleSet(rules=tuple(user_rules + catalogue), sources=sources)
+    return RuleSet(rules=tuple(user_rules + catalogue), sources=sources,
+                   tables=load_tables(CATALOGUE_PATH))
 
 
-def load_rule_file(path: Path) -> tuple[Rule, ...]:
-    """Parse and validate one rules file (a mapping with `rules:` or a plain list)."""
+def load_tables(path: Path) -> tuple[Table, ...]:
+    """The authoritative tables of one rules file (validated; empty when it has none)."""
+    data = _read_yaml(path)
+    if not isinstance(data, Mapping):
+        return ()
+    return tuple(_parse_tables(data.get("tables"), path).values())
+
+
+def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
@@ -150,17 +213,79 @@ def load_rule_file(path: Path) -> tuple[Rule, ...]:
             f"cannot read rules file: {error.strerror or error}", where=str(path)
         ) from error
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(error, "problem", None) or str(error)
         raise RulesError(f"not valid YAML: {problem}", where=where) from error
+
+
+def _parse_tables(raw: Any, path: Path) -> dict[str, Table]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise RulesError("'tables' must be a mapping of table name -> table", where=str(path))
+    tables: dict[str, Table] = {}
+    for name, body in raw.items():
+        ctx = _Field(path, f"table '{name}'")
+        if not isinstance(body, Mapping):
+            raise ctx.error("-", "expected a mapping with source, list, patterns, rows")
+        unknown = sorted(set(map(str, body)) - _TABLE_KEYS)
+        if unknown:
+            raise ctx.error(unknown[0], "unknown field", fix=f"known: {', '.join(sorted(_TABLE_KEYS))}")
+        source = _required_str(body, "source", ctx)
+        if not source.startswith("https://"):
+            raise ctx.error("source", f"{source!r} is not an https URL", fix="cite the page the list is on")
+        patterns = _str_list(body, "patterns", "table", ctx) or []
+        for i, template in enumerate(patterns):
+            if not _PLACEHOLDER_RE.search(template):
+                raise ctx.error(f"patterns[{i}]", "has neither {key} nor {text}")
+        rows = body.get("rows")
+        if not isinstance(rows, list) or not rows:
+            raise ctx.error("rows", "expected a non-empty list")
+        parsed = tuple(_parse_row(row, i, ctx) for i, row in enumerate(rows))
+        keys = [row.key for row in parsed]
+        duplicate = next((k for k in keys if keys.count(k) > 1), None)
+        if duplicate is not None:
+            raise ctx.error("rows", f"key {duplicate!r} appears twice")
+        texts = body.get("texts", "literal")
+        if texts not in ("literal", "regex"):
+            raise ctx.error("texts", f"{texts!r} is not literal or regex")
+        tables[str(name)] = Table(name=str(name), source=source,
+                                  list=_required_str(body, "list", ctx),
+                                  patterns=tuple(patterns), rows=parsed,
+                                  texts_are_regex=texts == "regex")
+    return tables
+
+
+def _parse_row(raw: Any, index: int, ctx: _Field) -> TableRow:
+    name = f"rows[{index}]"
+    if not isinstance(raw, Mapping):
+        raise ctx.error(name, "expected a mapping with key, text, action, class")
+    unknown = sorted(set(map(str, raw)) - _ROW_KEYS)
+    if unknown:
+        raise ctx.error(f"{name}.{unknown[0]}", "unknown field", fix=f"known: {', '.join(sorted(_ROW_KEYS))}")
+    key = raw.get("key")
+    if isinstance(key, bool) or not isinstance(key, (str, int)) or str(key) == "":
+        raise ctx.error(f"{name}.key", f"expected a name or number, got {key!r}")
+    text = raw.get("text")
+    if text is not None and (not isinstance(text, str) or not text.strip()):
+        raise ctx.error(f"{name}.text", f"expected a non-empty string, got {text!r}")
+    row_ctx = _Field(ctx.path, f"{ctx.label} {name}")
+    return TableRow(key=str(key), text=text, action=_required_str(raw, "action", row_ctx),
+                    klass=_required_str(raw, "class", row_ctx))
+
+
+def load_rule_file(path: Path) -> tuple[Rule, ...]:
+    """Parse and validate one rules file (a mapping with `rules:` or a plain list)."""
+    data = _read_yaml(path)
     raw_rules = _rules_list(data, path)
+    tables = _parse_tables(data.get("tables"), path) if isinstance(data, Mapping) else {}
     rules: list[Rule] = []
     ids: set[str] = set()
     for index, raw in enumerate(raw_rules):
-        rule = _parse_rule(raw, index, path)
+        rule = _parse_rule(raw, index, path, tables)
         if rule.id in ids:
             raise RulesError(f"rule '{rule.id}' field 'id': duplicate id", where=str(path))
         ids.add(rule.id)
@@ -174,12 +299,12 @@ def _rules_list(data: Any, path: Path) -> list[Any]:
     if isinstance(data, list):
         return data
     if isinstance(data, Mapping):
-        unknown = set(data) - {"version", "rules"}
+        unknown = set(data) - {"version", "rules", "tables"}
         if unknown:
             raise RulesError(
                 f"unknown top-level key(s) {', '.join(sorted(map(str, unknown)))}",
                 where=str(path),
-                fix="a rules file has `rules:` (a list) and optionally `version: 1`",
+                fix="a rules file has `rules:` (a list) and optionally `version: 1` and `tables:`",
             )
         rules = data.get("rules") or []
         if isinstance(rules, list):
@@ -200,7 +325,7 @@ class _Field:
         return RulesError(f"{self.label} field '{field}': {message}", where=str(self.path), fix=fix)
 
 
-def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
+def _parse_rule(raw: Any, index: int, path: Path, tables: Mapping[str, Table] | None = None) -> Rule:
     label = f"rule {index}"
     if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
         label = f"rule '{raw['id']}'"
@@ -222,7 +347,13 @@ def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
     blocks = raw["match"] if isinstance(raw["match"], list) else [raw["match"]]
     if not blocks:
         raise ctx.error("match", "an empty list never matches", fix="use `match: {}` to match every failure")
-    matches = tuple(_parse_match(block, i, ctx) for i, block in enumerate(blocks))
+    matches = tuple(_parse_match(block, i, ctx, tables or {}) for i, block in enumerate(blocks))
+    cites = list(_str_list(raw, "cites", "rule", ctx) or [])
+    for block in blocks:
+        if isinstance(block, Mapping) and isinstance(block.get("table"), Mapping):
+            table = (tables or {}).get(str(block["table"].get("name")))
+            if table is not None and table.source not in cites:
+                cites.append(table.source)
     return Rule(
         id=rule_id,
         category=_required_str(raw, "category", ctx),
@@ -237,6 +368,7 @@ def _parse_rule(raw: Any, index: int, path: Path) -> Rule:
         deterministic=_bool(raw, "deterministic", ctx, False),
         exhausts_retries=_bool(raw, "exhausts_retries", ctx, False),
         trust_exception_type=_bool(raw, "trust_exception_type", ctx, False),
+        cites=tuple(cites),
     )
 
 
@@ -283,7 +415,28 @@ def _parse_escalation(raw: Any, ctx: _Field) -> Escalation | None:
     return Escalation(after=after, to=Decision(to), scope=scope)
 
 
-def _parse_match(raw: Any, index: int, ctx: _Field) -> Match:
+def _table_patterns(raw: Any, name: str, ctx: _Field, tables: Mapping[str, Table]) -> list[str]:
+    """``table: {name: xid, classes: [drain-node]}`` -> the table's expanded patterns."""
+    if raw is None:
+        return []
+    field = f"{name}.table"
+    if not isinstance(raw, Mapping) or set(map(str, raw)) - {"name", "classes"}:
+        raise ctx.error(field, "expected {name: TABLE, classes: [CLASS, ...]}")
+    table = tables.get(str(raw.get("name")))
+    if table is None:
+        known = ", ".join(sorted(tables)) or "none in this file"
+        raise ctx.error(field, f"no table {raw.get('name')!r} (tables: {known})")
+    classes = _str_list(raw, "classes", field, ctx)
+    if not classes:
+        raise ctx.error(f"{field}.classes", "name at least one class")
+    unknown = sorted(set(classes) - table.classes())
+    if unknown:
+        raise ctx.error(f"{field}.classes", f"table {table.name} has no class {unknown[0]!r}",
+                        fix=f"its classes: {', '.join(sorted(table.classes()))}")
+    return list(table.expand(frozenset(classes)))
+
+
+def _parse_match(raw: Any, index: int, ctx: _Field, tables: Mapping[str, Table] | None = None) -> Match:
     name = "match" if index == 0 else f"match[{index}]"
     if raw is None:
         raw = {}
@@ -298,13 +451,12 @@ def _parse_match(raw: Any, index: int, ctx: _Field) -> Match:
         if value is not None and not isinstance(value, bool):
             raise ctx.error(f"{name}.{key}", f"expected true or false, got {value!r}")
         flags[key] = value
+    patterns = list(_str_list(raw, "patterns", name, ctx) or ())
+    patterns += _table_patterns(raw.get("table"), name, ctx, tables or {})
     return Match(
         exit_codes=_int_set(raw, "exit_codes", name, ctx),
         signals=_signal_set(raw, name, ctx),
-        patterns=tuple(
-            _compile(p, f"{name}.patterns[{i}]", ctx)
-            for i, p in enumerate(_str_list(raw, "patterns", name, ctx) or ())
-        ),
+        patterns=tuple(_compile(p, f"{name}.patterns[{i}]", ctx) for i, p in enumerate(patterns)),
         exception_types=_frozen(_str_list(raw, "exception_types", name, ctx)),
         tracker_status=_frozen(_str_list(raw, "tracker_status", name, ctx)),
         launcher=_frozen(_str_list(raw, "launcher", name, ctx)),

@@ -48,8 +48,11 @@ class SignalRelay:
     (Megatron's exit-signal handler, NeMo's PreemptionCallback, torchrun's agent).
     """
 
-    def __init__(self, stop_signum: int = signal.SIGTERM) -> None:
+    def __init__(self, stop_signum: int = signal.SIGTERM, *, broadcast: bool = False) -> None:
         self.stop_signum = stop_signum
+        # Slurm signals every process of a job step: the training already got this very
+        # signal, and a second one could hit it while it saves (RESCHED_STOP_BROADCAST).
+        self.broadcast = broadcast
         self.requested: str | None = None
         self.requested_signum: int | None = None
         self._pgid: int | None = None
@@ -72,7 +75,7 @@ class SignalRelay:
             self.requested = signal.Signals(signum).name
             self.requested_signum = signum
         self._wakeup.set()
-        if self._pgid is not None:
+        if self._pgid is not None and not (self.broadcast and signum == self.stop_signum):
             stop_group(self._pgid, self.stop_signum)
 
     def attach(self, pgid: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -83,7 +82,7 @@ def run_wrap(
     short (default: wait on the signal relay). ``judge`` defaults to the real rules.
     """
     validate_config(config)
-    relay = SignalRelay(config.stop_signal)
+    relay = SignalRelay(config.stop_signal, broadcast=config.stop_broadcast)
     relay.install()
     loop = _AttemptLoop(config, relay, dict(os.environ if environ is None else environ),
                         clock, sleep or relay.wait)

@@ -48,6 +48,9 @@ class Backend(ABC):
     name: str = ""
     #: the backend's options, declared once: ``submit``'s flags and the checks come from it.
     options: tuple[BackendOption, ...] = ()
+    #: True when resched runs OSMO's runtime itself (local, Slurm); False when the
+    #: orchestrator does (osmo): then e.g. another workflow's task outputs are its business.
+    emulates_runtime: bool = True
     #: the lint target (``osmo`` flags file:// urls, the others accept them).
     lint_target: str = "osmo"
 

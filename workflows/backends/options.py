@@ -53,8 +53,9 @@ class BackendOption:
                 number = None
             if number is None or (self.minimum is not None and number < self.minimum):
                 low = f" >= {self.minimum}" if self.minimum is not None else ""
+                example = self.default if self.default is not None else self.minimum or 0
                 raise UsageError(f"{self.flag} {value!r} is not a whole number{low} ({backend} backend)",
-                                 fix=f"e.g. {self.flag} {self.default if self.default is not None else self.minimum or 0}")
+                                 fix=f"e.g. {self.flag} {example}")
             return number
         if self.type is OptionType.CHOICE:
             text = str(value).strip().upper().removeprefix("SIG") if self._signal_like else str(value).strip()

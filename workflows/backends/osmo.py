@@ -29,7 +29,7 @@ import yaml
 from workflows.backends.base import Backend, Request, SubmitResult
 from workflows.backends.options import BackendOption, OptionType, parse_options
 from workflows.errors import BackendError, UsageError
-from workflows.render import TOKEN_RE
+from workflows.osmo_runtime import TOKEN as TOKEN_RE
 from workflows.values import YamlLoadError, safe_load_yaml
 
 if TYPE_CHECKING:
@@ -212,6 +212,7 @@ class OsmoBackend(Backend):
     name = "osmo"
     lint_target = "osmo"
     options = OPTIONS
+    emulates_runtime = False  # OSMO's server runs the DAG, tokens and timers itself
 
     def dry_run(self, job: LoadedWorkflow, options: Mapping[str, Any]) -> OsmoRequest:
         argv = _build_argv(options)

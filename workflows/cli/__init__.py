@@ -38,6 +38,7 @@ _COMMAND_MODULES = {
     "status": "workflows.cli.slurm_cmds",
     "logs": "workflows.cli.slurm_cmds",
     "report": "workflows.cli.report_cmd",
+    "simulate": "workflows.cli.simulate_cmd",
 }
 
 # command name -> its one-line summary, so `resched --help` lists the commands without

@@ -82,6 +82,12 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="Any stop the wrapper receives (TERM, INT, HUP, USR1, Slurm's grace) "
                    "reaches the training as this signal, then --grace, then SIGKILL. "
                    "Lightning (SLURM auto-requeue) listens for USR1.")
+@click.option("--ft-state", type=_PATH, default=None, envvar="RESCHED_FT_STATE",
+              help="NVRx ft_state.json (calculated timeouts): carried with the state dir "
+                   "across reschedules, put back here when missing.")
+@click.option("--stop-broadcast", is_flag=True, envvar="RESCHED_STOP_BROADCAST",
+              help="The scheduler sends stop signals to every process of the task (Slurm "
+                   "job steps): do not send the training the same signal a second time.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
@@ -90,7 +96,7 @@ def wrap(
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
     expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
-    stop_signal: str = "TERM",
+    stop_signal: str = "TERM", stop_broadcast: bool = False, ft_state: Path | None = None,
 ) -> None:
     """Run CMD, classify how it ended, and retry / reschedule / abort.
 
@@ -120,6 +126,8 @@ def wrap(
             expect_finished_flag=expect_finished_flag,
             outcome_file=outcome_file,
             stop_signal=parse_stop_signal(stop_signal),
+            stop_broadcast=stop_broadcast,
+            ft_state=ft_state.absolute() if ft_state is not None else None,
         )
         code = run_wrap(config)
     except ReschedError as error:

@@ -23,12 +23,15 @@ then source line.
   RS016 warning  RESCHEDULE but nothing in the group checkpoints (and wrap owns no store)
   RS017 warning  COMPLETE on 1 or a signal code: a crash would count as success
   RS018 warning  the task's checkpoint path does not cover resched wrap's --checkpoint-dir
+  RS040 warning  in-process restart: collective timeout >= soft_timeout, or --hang-timeout
+                 shorter than one restart (hard + barrier timeout)
+  RS041 warning  in-process restart without a launcher and without MASTER_ADDR/MASTER_PORT
 """
 
 from __future__ import annotations
 
 from workflows.errors import UsageError
-from workflows.lint import checkpoints, exit_codes, files, groups, text, wrap
+from workflows.lint import checkpoints, exit_codes, files, groups, inprocess, text, wrap
 from workflows.lint.core import (
     SEVERITIES,
     TARGETS,
@@ -58,6 +61,7 @@ RULES: tuple[Rule, ...] = (
     *wrap.RULES,
     *groups.RULES,
     *text.RULES,
+    *inprocess.RULES,
 )
 RULE_IDS: tuple[str, ...] = tuple(
     sorted({rule.__name__.split("_", 1)[0].upper() for rule in RULES})

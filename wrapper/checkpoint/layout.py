@@ -14,7 +14,6 @@ import hashlib
 import socket
 import time
 import uuid
-from importlib import metadata
 
 from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.manifest import CheckpointRef, Manifest, Pointer, Producer
@@ -45,12 +44,13 @@ def new_checkpoint_id(step: int | None, now: float) -> str:
 
 
 def producer() -> Producer:
+    import os
+    from importlib import metadata  # ~0.07 s: only when a manifest is written
+
     try:
         version = metadata.version("resched")
     except metadata.PackageNotFoundError:
         version = "unknown"
-    import os
-
     return Producer(socket.gethostname(), os.getpid(), version)
 
 

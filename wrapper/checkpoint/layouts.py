@@ -12,7 +12,7 @@ follows a link) and returns a :class:`LayoutVerdict`:
 - ``step``: the step / iteration that resume would start from (progress for the wrapper);
 - ``in_progress``: relative paths (files or folders) of checkpoints being written or torn.
   While the training runs they are left out of an upload; after it ended they are
-  uploaded under ``.resched/torn/`` so that nothing is lost and no framework resumes
+  uploaded under ``.resched-torn/`` so that nothing is lost and no framework resumes
   from them after a restore.
 
 Rules and their sources (see docs/checkpoint.md, "Framework layouts"):
@@ -53,7 +53,7 @@ from enum import Enum
 from pathlib import Path
 
 MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
-TORN_DIR = ".resched/torn"  # where a final upload puts checkpoints that never finished
+TORN_DIR = ".resched-torn"  # where a final upload puts saves that never finished (user bytes)
 _ITER = re.compile(r"^iter_(\d{7,})$")
 _HF = re.compile(r"^checkpoint-(\d+)$")
 _NUMBERED = re.compile(r"^(?:step|iter|epoch|global_step|checkpoint|ckpt)[-_=]?(\d+)$")
@@ -212,15 +212,10 @@ def _looks_dcp(path: Path) -> bool:
 
 def _dcp_complete(path: Path, names: list[str] | None = None) -> bool:
     names = _listdir(path) if names is None else names
+    # Presence only, not times: a restored or copied checkpoint has new mtimes in any order.
+    # A second save into the same folder is caught by "unchanged across the upload".
     meta = _stat(path / ".metadata")
-    if meta is None or not stat.S_ISREG(meta.st_mode) or meta.st_size == 0:
-        return False
-    for name in names:
-        if name.endswith(".distcp"):
-            st = _stat(path / name)
-            if st is None or st.st_mtime_ns > meta.st_mtime_ns:
-                return False
-    return True
+    return meta is not None and stat.S_ISREG(meta.st_mode) and meta.st_size > 0
 
 
 # --- Hugging Face Trainer ---------------------------------------------------------------

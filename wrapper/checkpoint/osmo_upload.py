@@ -59,7 +59,7 @@ def upload_checkpoint(local_dir: Path, url: str, *, final: bool, regex: str | No
             return UploadOutcome(UploadKind.SKIPPED, f"incomplete: {why}")
         except CheckpointBusyError as busy:
             error = str(busy)
-            sleep(1.0 + attempt)  # another uploader of the same store (e.g. the wrapper)
+            sleep(0.5)  # another uploader of the same store (e.g. the wrapper) is at it
             continue
         except Exception as exc:  # noqa: BLE001 - OSMO retries any upload failure
             error = f"{type(exc).__name__}: {exc}"

@@ -22,7 +22,6 @@ import re
 import stat
 import time
 import uuid
-from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.manifest import Pointer
@@ -120,6 +119,12 @@ def check_owned(store: StoreFS) -> bool:
         nonempty = bool(set(_top_level(store)) - _LEASE_NAMES)
     if not nonempty:
         return True
+    # Another resched writer may have created the store between our identity read and the
+    # listing (it writes the identity before anything else): read it again before
+    # calling the location foreign. Seen with 6 writers racing for one new S3 prefix.
+    raw = store.read_bytes(IDENTITY_KEY)
+    if raw is not None and _valid_identity(raw):
+        return False
     pointer = store.read_bytes("latest")
     if pointer is not None:
         try:
@@ -136,8 +141,3 @@ def check_owned(store: StoreFS) -> bool:
 def write_identity(store: StoreFS) -> None:
     data = {"format": IDENTITY_FORMAT, "id": uuid.uuid4().hex, "created": time.time()}
     store.write_bytes(IDENTITY_KEY, json.dumps(data).encode())
-
-
-def is_store(path: Path) -> bool:
-    """A local directory that holds a store identity (for callers outside publish)."""
-    return (path / IDENTITY_KEY).is_file()

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
+from wrapper.checkpoint import conditional
+from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import HashCache, hash_file
 from wrapper.checkpoint.layout import (
     OBJECTS,
@@ -32,12 +33,12 @@ from wrapper.checkpoint.layout import (
 )
 from wrapper.checkpoint.lease import WriterLease, writer_lease
 from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
-from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR
 from wrapper.checkpoint.ownership import check_owned, is_own_temp, write_identity
+from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.snapshot import LocalFile, Snapshot, check_unchanged
-from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, fsync_files
+from wrapper.redact import redact
 
 Progress = Callable[[int], None]
 # The ids new_checkpoint_id makes: only manifests named so are ever collected.
@@ -49,12 +50,16 @@ class StoreState:
     pointer: Pointer
     manifests: tuple[Manifest, ...]  # of pointer.checkpoints, same order
     gc_safe: bool  # every committed manifest could be read: blob GC knows all references
+    pointer_etag: str | None = None  # the version of `latest` this state was read from
 
     def committed_blobs(self) -> dict[str, int]:
         return {e.sha256: e.size for m in self.manifests for e in m.files}
 
 
 def load_state(store: StoreFS) -> StoreState:
+    # the version first, then the content: if `latest` changes in between, the commit's
+    # If-Match names the older version and is refused (never the reverse)
+    pointer_etag = conditional.etag(store, POINTER_KEY)
     pointer = read_pointer(store) or Pointer(())
     manifests, gc_safe = [], True
     for ref in pointer.checkpoints:
@@ -62,7 +67,7 @@ def load_state(store: StoreFS) -> StoreState:
             manifests.append(read_manifest(store, ref))
         except CheckpointError:
             gc_safe = False  # a damaged manifest: keep every blob, it may be needed
-    return StoreState(pointer, tuple(manifests), gc_safe)
+    return StoreState(pointer, tuple(manifests), gc_safe, pointer_etag)
 
 
 def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, retention: int,
@@ -92,7 +97,7 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
                 manifest_written = manifest_key(manifest.checkpoint_id)
                 store.write_bytes(manifest_written, raw)
                 refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
-                store.write_bytes(POINTER_KEY, Pointer(refs).to_bytes())
+                commit_pointer(store, state, Pointer(refs).to_bytes())
                 kept = (manifest,) + state.manifests[: retention - 1]
             else:  # the store already holds exactly this: commit nothing
                 manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
@@ -109,6 +114,21 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
         uploaded_files=uploads.sent_files, uploaded_bytes=uploads.sent_bytes, changed=changed,
         seconds=time.monotonic() - started, deleted_manifests=deleted[0], deleted_blobs=deleted[1],
     )
+
+
+def commit_pointer(store: StoreFS, state: StoreState, raw: bytes) -> None:
+    """Move `latest`. On an object store with conditional writes only if it is still the
+    version this publish started from: a writer that let a checkpoint of another writer
+    slip by (a stale read, a lease taken over) is refused instead of dropping it."""
+    condition = {"IfMatch": state.pointer_etag} if state.pointer_etag else {"IfNoneMatch": "*"}
+    written = conditional.put_if(store, POINTER_KEY, raw, **condition)
+    if written is None:
+        store.write_bytes(POINTER_KEY, raw)
+    elif not written:
+        raise CheckpointBusyError(
+            f"store {redact(store.url)} changed while this checkpoint was published "
+            "(another writer moved `latest`); nothing of this publish was committed",
+            fix="a store has one writer: publish again, or give each writer its own URL")
 
 
 def check_not_empty(snapshot: Snapshot) -> None:

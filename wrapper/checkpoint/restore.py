@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
-from wrapper.checkpoint.hashing import CHUNK, copy_hash_fd, copy_hashing
+from wrapper.checkpoint.hashing import CHUNK, copy_and_digest, copy_hashing, stat_key
 from wrapper.checkpoint.layout import (
     OBJECTS,
     blob_key,
@@ -35,8 +35,7 @@ from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreR
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import TEMP_TAG
 from wrapper.redact import redact
-from wrapper.redact import redact
-from wrapper.checkpoint.storefs import StoreFS, fsync_files
+from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
 
 Progress = Callable[[int], None]
 
@@ -122,9 +121,14 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
             try:
                 dst_fd = os.open(tmp, flags, 0o644)
                 try:
-                    return copy_hash_fd(src_fd, dst_fd, progress, limit=entry.size)
+                    before = os.fstat(src_fd)
+                    copied, sha = copy_and_digest(src_fd, dst_fd, entry.size, progress)
+                    after = os.fstat(src_fd)
                 finally:
                     os.close(dst_fd)
+                if stat_key(after) != stat_key(before):
+                    raise UnsafeBlobError(f"blob of {entry.path} changed while it was read")
+                return copied, sha
             finally:
                 os.close(src_fd)
         with store.open_read(blob_key(entry.sha256)) as src, \

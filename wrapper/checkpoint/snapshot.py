@@ -16,7 +16,7 @@ Otherwise the syncer skips the round and tries again sooner.
 ``layouts.py``): resched's marker if present; else a known framework layout (its
 unfinished checkpoints left out while the training runs); else "unchanged across the
 upload". After the training ended (``final``) nothing can change any more: what is there
-is uploaded, unfinished checkpoints under ``.resched/torn/`` so that no framework
+is uploaded, unfinished checkpoints under ``.resched-torn/`` so that no framework
 resumes from them after a restore, and nothing is left behind.
 """
 
@@ -195,6 +195,16 @@ class Prepared:
     warnings: tuple[str, ...] = ()
 
 
+def _require_payload(snapshot: Snapshot) -> Snapshot:
+    # resched's own state alone is no checkpoint (a pod that has not saved yet): uploading
+    # it would make an empty checkpoint the latest. Not a failure: nothing to upload yet.
+    if not any(f.relpath != MARKER_NAME and not f.relpath.startswith(STATE_DIR + "/")
+               for f in snapshot.files):
+        raise SnapshotUnstableError(f"nothing to upload yet: {snapshot.directory} holds no "
+                                    "files besides resched's own state")
+    return snapshot
+
+
 def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 0.0,
                      regex: str | None = None, now_ns: int | None = None,
                      layouts: bool = True) -> Prepared:
@@ -203,6 +213,9 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
     ``layouts=False``: an explicit publish of exactly what is there (no framework layer)."""
     directory = Path(directory)
     now = time.time_ns() if now_ns is None else now_ns
+    # The uploads beside a training skip a pod with nothing saved yet; an explicit publish
+    # lets the store say "nothing to publish" itself.
+    payload = _require_payload if layouts else (lambda snapshot: snapshot)
     if regex is not None:
         try:
             re.compile(regex)
@@ -210,7 +223,7 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise CheckpointError(f"checkpoint regex {regex!r} is not a valid regular "
                                   f"expression: {error}", fix="fix the checkpoint: regex:") from None
     if os.path.lexists(directory / MARKER_NAME):
-        snapshot = take_snapshot(directory, Selection(regex=regex))
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
         try:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         except SnapshotUnstableError as why:
@@ -220,7 +233,7 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
         return Prepared(snapshot, read_marker(directory), True, "marker", "completion marker")
     first = inspect_layout(directory) if layouts else UNKNOWN
     if first.complete is None:
-        snapshot = take_snapshot(directory, Selection(regex=regex))
+        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
         if not final and settle_s > 0:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         layer = "unchanged" if first.layout is Layout.UNKNOWN else first.layout.value
@@ -238,8 +251,10 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
     if not first.complete:
         if not final:
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
-        return Prepared(snapshot, None, False, first.layout.value, first.reason, first.warnings)
-    return Prepared(snapshot, first.step, True, first.layout.value, first.reason, first.warnings)
+        return Prepared(payload(snapshot), None, False, first.layout.value,
+                        first.reason, first.warnings)
+    return Prepared(payload(snapshot), first.step, True, first.layout.value,
+                    first.reason, first.warnings)
 
 
 def checkpoint_step(directory: Path | None) -> int | None:

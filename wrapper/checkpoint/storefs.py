@@ -16,14 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fsspec  # type: ignore[import-untyped]
-from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
-
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import copy_hash_fd, stat_key
+from wrapper.checkpoint.hashing import copy_and_digest, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
-from wrapper.redact import register_url_secrets
+from wrapper.redact import redact, register_url_secrets
 from wrapper.checkpoint.snapshot import TEMP_TAG
 
 
@@ -33,6 +30,8 @@ def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[A
     if url.startswith(("s3://", "s3a://")):
         # Listings must reflect deletes and writes of this very process.
         options.setdefault("use_listings_cache", False)
+    import fsspec  # type: ignore[import-untyped]  # ~0.2 s: only for non-local stores
+
     try:
         return fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as error:
@@ -43,16 +42,59 @@ def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[A
         ) from None
 
 
+# The largest small document (pointer, manifest, identity) a store may hold: a FIFO or
+# an endless file named "latest" must not hang or fill memory.
+_MAX_DOCUMENT = 1 << 30
+
+
+def local_root(url: str) -> str | None:
+    """The directory of a plain path or ``file:///abs`` URL; None for anything fsspec
+    must resolve (other protocols, ``file://host/...``, chained URLs)."""
+    if "::" in url:
+        return None
+    if url.startswith("file://"):
+        rest = url[len("file://"):]
+        return rest if rest.startswith("/") else None
+    if "://" in url:
+        return None
+    return os.path.abspath(os.path.expanduser(url))
+
+
 class StoreFS:
-    """A store root (``url``) and relative keys below it ("latest", "objects/ab/abcd...")."""
+    """A store root (``url``) and relative keys below it ("latest", "objects/ab/abcd...").
+
+    Local stores are served by plain ``os`` calls (no fsspec import on the start-up path
+    of ``resched checkpoint publish``; no link followed when reading our documents);
+    every other URL by fsspec."""
 
     def __init__(self, url: str, *, retry: RetryPolicy,
                  storage_options: dict[str, Any] | None = None) -> None:
         self.url = url
-        self.fs, root = open_url(url, storage_options)
-        self.root = root.rstrip("/") if root not in ("/", "") else root
-        self.is_local = isinstance(self.fs, LocalFileSystem)
         self.retry = retry
+        local = local_root(url)
+        self._fs: Any = None
+        if local is not None:
+            register_url_secrets(url, storage_options)
+            root = local
+        elif url.startswith("file://"):
+            # fsspec would take "file://KEY:SECRET@/data" as a RELATIVE path and create
+            # "KEY:SECRET@/data" in the working directory.
+            register_url_secrets(url, storage_options)
+            raise CheckpointError(f"{redact(url)} is not a local path URL",
+                                  fix="write file:///absolute/path (three slashes) or a "
+                                  "plain path")
+        else:
+            self._fs, root = open_url(url, storage_options)
+        self.root = root.rstrip("/") if root not in ("/", "") else root
+        self.is_local = local is not None or type(self._fs).__name__ == "LocalFileSystem"
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None:
+            from fsspec.implementations.local import LocalFileSystem  # type: ignore[import-untyped]
+
+            self._fs = LocalFileSystem()
+        return self._fs
 
     def key(self, relkey: str) -> str:
         return f"{self.root}/{relkey}" if self.root else relkey
@@ -63,6 +105,8 @@ class StoreFS:
     def read_bytes(self, relkey: str) -> bytes | None:
         def read() -> bytes | None:
             try:
+                if self.is_local:
+                    return _read_local_document(self.local_path(relkey))
                 return self.fs.cat_file(self.key(relkey))
             except FileNotFoundError:
                 return None
@@ -102,6 +146,9 @@ class StoreFS:
         return self.retry.call(find, what=f"list {self.key(relprefix)}")
 
     def exists(self, relkey: str) -> bool:
+        if self.is_local:
+            return os.path.lexists(self.local_path(relkey))
+
         def check() -> bool:
             self.fs.invalidate_cache(self.key(relkey))
             return bool(self.fs.exists(self.key(relkey)))
@@ -110,7 +157,10 @@ class StoreFS:
     def delete(self, relkey: str) -> None:
         def remove() -> None:
             try:
-                self.fs.rm_file(self.key(relkey))
+                if self.is_local:  # the name itself: a link is removed, never followed
+                    os.unlink(self.local_path(relkey))
+                else:
+                    self.fs.rm_file(self.key(relkey))
             except FileNotFoundError:
                 pass
         self.retry.call(remove, what=f"delete {self.key(relkey)}")
@@ -130,10 +180,11 @@ class StoreFS:
         sha256, the blob written or None). The caller fsyncs written blobs (all at once,
         before the manifest is written: one writeback wait instead of one per file).
 
-        Each byte is read once: the bytes hashed are the bytes written. The source is
-        opened without following a link and must stay a regular file of the same size
-        and times (compared before and after): a file that changed meanwhile is refused,
-        never stored under a hash of other bytes."""
+        The kernel copies while a helper thread hashes the same bytes from the page
+        cache (hashing.copy_and_digest). The source is opened without following a link
+        and must stay a regular file of the same size and times (compared before and
+        after): a file that changed meanwhile is refused, never stored under a hash of
+        other bytes."""
         tmp_dir = self.local_path("objects")
         tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp = tmp_dir / f"{TEMP_TAG}{uuid.uuid4().hex}"
@@ -145,7 +196,7 @@ class StoreFS:
             _advise_sequential(src_fd)
             dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                size, sha = copy_hash_fd(src_fd, dst_fd, progress)
+                size, sha = copy_and_digest(src_fd, dst_fd, before.st_size, progress)
             finally:
                 os.close(dst_fd)
             if stat_key(os.stat(source)) != stat_key(before) or size != before.st_size:
@@ -230,6 +281,19 @@ def _advise_sequential(fd: int) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     except (AttributeError, OSError):
         pass
+
+
+def _read_local_document(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_DOCUMENT:
+            raise UnsafeBlobError(f"{path} is not a regular file of a sane size "
+                                  f"({_kind(st.st_mode)}, {st.st_size} bytes)")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(_MAX_DOCUMENT + 1)
+    finally:
+        os.close(fd)
 
 
 def _walk_regular(root: Path, relprefix: str) -> dict[str, int]:

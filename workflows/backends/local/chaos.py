@@ -19,7 +19,11 @@ the target task's processes (the task's "workload" is everything below its
              the whole task is killed and CODE is reported as its exit (the wrapper's
              decision is bypassed; the report says so).
 ``term``     SIGTERM to the task's top process, as Kubernetes preempts a pod (the
-             wrapper forwards it and checkpoints); SIGKILL after the stop grace.
+             wrapper hands it to the training as its --stop-signal, and checkpoints);
+             SIGKILL after the stop grace.
+``slow``     ``slow:TASK=FACTOR[@WHEN]``: the workload runs FACTOR times slower from WHEN
+             (default: the start) until it exits (SIGSTOP / SIGCONT duty cycle, a
+             throttled GPU or a slow node): NVRx's straggler detection flags its ranks.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from workflows.errors import UsageError
 from workflows.spec import normalize_name
 from wrapper.durations import DurationError, parse_duration
 
-KINDS = ("kill", "podkill", "hang", "exit", "term")
+KINDS = ("kill", "podkill", "hang", "exit", "term", "slow")
 DEFAULT_RANDOM_KINDS = ("kill", "hang", "term")
-_ITEM = re.compile(r"^(?P<kind>[a-z]+):(?P<task>[^=@]+)(?:=(?P<code>[^@]*))?@(?P<when>.+)$")
+_ITEM = re.compile(r"^(?P<kind>[a-z]+):(?P<task>[^=@]+)(?:=(?P<code>[^@]*))?(?:@(?P<when>.+))?$")
 _CKPT = re.compile(r"^(\d+)ckpt$")
 _SYNTAX = "write KIND:TASK@20s, KIND:TASK@3ckpt, exit:TASK=16@50s or random:mtbf=30s,seed=1"
 
@@ -51,9 +55,12 @@ class Fault:
     at_s: float | None = None  # seconds after the run started
     after_ckpt: int | None = None  # right after the run's N-th checkpoint upload
     code: int | None = None  # exit only
+    factor: float | None = None  # slow only: how many times slower
 
     def describe(self) -> str:
         code = f"={self.code}" if self.code is not None else ""
+        if self.factor is not None:
+            code = f"={self.factor:g}"
         when = f"{round(self.at_s, 1):g}s" if self.at_s is not None else f"{self.after_ckpt}ckpt"
         return f"{self.kind}:{self.task}{code}@{when}"
 
@@ -132,6 +139,10 @@ def _parse_fault(item: str, known: dict[str, str]) -> Fault:
         raise ChaosError(
             f"--chaos item {item!r}: unknown kind {kind!r}", fix=f"use one of {', '.join(KINDS)}"
         )
+    if kind == "slow":
+        return _parse_slow(item, match, known)
+    if match.group("when") is None:
+        raise ChaosError(f"--chaos item {item!r} is not KIND:TASK@WHEN", fix=_SYNTAX)
     code = _parse_code(item, kind, match.group("code"))
     task = _task(item, match.group("task"), known)
     when = match.group("when").strip()
@@ -141,6 +152,23 @@ def _parse_fault(item: str, known: dict[str, str]) -> Fault:
             raise ChaosError(f"--chaos item {item!r}: count checkpoints from 1", fix=_SYNTAX)
         return Fault(kind=kind, task=task, after_ckpt=int(ckpt.group(1)), code=code)
     return Fault(kind=kind, task=task, at_s=_duration(item, when), code=code)
+
+
+def _parse_slow(item: str, match: re.Match[str], known: dict[str, str]) -> Fault:
+    text = (match.group("code") or "").strip()
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = 0.0
+    if not 1.0 < factor <= 100.0:
+        raise ChaosError(f"--chaos item {item!r}: slow needs a FACTOR above 1 (at most 100)",
+                         fix="write e.g. slow:worker_1=4 or slow:worker_1=4@30s")
+    task = _task(item, match.group("task"), known)
+    when = (match.group("when") or "0s").strip()
+    ckpt = _CKPT.match(when)
+    if ckpt and int(ckpt.group(1)) >= 1:
+        return Fault(kind="slow", task=task, after_ckpt=int(ckpt.group(1)), factor=factor)
+    return Fault(kind="slow", task=task, at_s=_duration(item, when), factor=factor)
 
 
 def _parse_code(item: str, kind: str, text: str | None) -> int | None:
@@ -183,7 +211,7 @@ def _parse_random(items: list[str], known: dict[str, str]) -> RandomChaos:
     if mtbf <= 0:
         raise ChaosError(f"--chaos item {item!r}: mtbf must be > 0", fix="write e.g. mtbf=30s")
     kinds = tuple(k for k in params.get("kinds", "+".join(DEFAULT_RANDOM_KINDS)).split("+") if k)
-    bad = [k for k in kinds if k not in KINDS]
+    bad = [k for k in kinds if k not in KINDS or k == "slow"]  # slow needs its FACTOR
     if bad or not kinds:
         raise ChaosError(f"--chaos item {item!r}: unknown kind {bad[0] if bad else ''!r}",
                          fix=f"join kinds from {', '.join(KINDS)} with +")

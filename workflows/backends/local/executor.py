@@ -329,5 +329,6 @@ def _wrapper_summary(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
     if outcome is None:
         return None
     keys = ("decision", "rule", "category", "reason", "wrapper_exit_code", "attempt",
-            "checkpoint_step_before", "checkpoint_step_after", "exclude_node", "node")
+            "checkpoint_step_before", "checkpoint_step_after", "exclude_node", "node",
+            "exclude_nodes")  # nvrx: straggler nodes (a local reschedule is a new node anyway)
     return {k: outcome[k] for k in keys if k in outcome}

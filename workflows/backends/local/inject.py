@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +93,12 @@ def inject(fault: Fault, *, token: str, top_pid: int, exit_dir: Path | None) -> 
         pids = sorted(p.pid for p in below)
         proctree.send(pids, signal.SIGKILL)
         return Injection(f"SIGKILL to {len(pids)} processes {where}", tuple(pids))
+    if fault.kind == "slow":
+        throttle = Throttle(token, top_pid, fault.factor or 2.0)
+        threading.Thread(target=throttle.run, name=f"chaos-slow-{fault.task}", daemon=True).start()
+        return Injection(f"{len(below)} processes {where} slowed {fault.factor:g}x "
+                         "(SIGSTOP/SIGCONT duty cycle) until they exit",
+                         tuple(sorted(p.pid for p in below)))
     if fault.kind == "hang":
         pids = sorted(p.pid for p in proctree.leaves(below))
         proctree.send(pids, signal.SIGSTOP)
@@ -119,3 +127,30 @@ def _inject_exit(
     proctree.send(pids, signal.SIGKILL)
     return Injection(f"no Python rank to exit: task killed, exit {code} reported "
                      "(the wrapper's decision is bypassed)", tuple(pids), forced_exit_code=code)
+
+
+class Throttle:
+    """Runs a task's workload FACTOR times slower: in every period it may run for
+    period / FACTOR and is stopped for the rest (a throttled GPU, a slow node). The
+    process list is read again each period, so ranks a launcher restarts are slowed too;
+    it ends when the attempt's processes are gone, and always leaves them running."""
+
+    def __init__(self, token: str, top_pid: int, factor: float, period_s: float = 0.02) -> None:
+        self.token, self.top_pid, self.factor, self.period_s = token, top_pid, factor, period_s
+
+    def _targets(self) -> list[int] | None:
+        procs = proctree.task_processes(self.token)
+        if self.top_pid not in procs:
+            return None
+        _wrapper, below = proctree.workload(procs, self.top_pid)
+        return sorted(p.pid for p in proctree.leaves(below) if not _is_launcher(p))
+
+    def run(self) -> None:
+        running = self.period_s / self.factor
+        while (targets := self._targets()) is not None:
+            time.sleep(running)
+            proctree.send(targets, signal.SIGSTOP)
+            try:
+                time.sleep(self.period_s - running)
+            finally:
+                proctree.send(targets, signal.SIGCONT)

@@ -21,6 +21,7 @@ from workflows.errors import SpecError
 from workflows.spec import Group, Task, Workflow
 
 LOCAL_HOST = "127.0.0.1"
+_INPUT_FIX = "use {{input:N}} with N < the number of inputs, or a task listed under inputs"
 
 
 @dataclass(frozen=True)
@@ -174,8 +175,9 @@ def build_plan(
     """Pure: resolve ``spec`` into the plan the executor follows."""
     groups = spec.task_groups()
     dag = dag_of(spec)
+    names = tuple(t.name for t in spec.all_tasks())
     planned = tuple(
-        _plan_group(g, dag.upstream[g.name], run_id=run_id, workdir=workdir, base_dir=base_dir)
+        _plan_group(g, dag.upstream[g.name], names, run_id=run_id, workdir=workdir, base_dir=base_dir)
         for g in groups
     )
     notes = _not_emulated(spec)
@@ -213,9 +215,10 @@ def dag_of(spec: Workflow) -> rt.WorkflowDag:
 
 
 def _plan_group(
-    group: Group, upstream: tuple[str, ...], *, run_id: str, workdir: Path, base_dir: Path
+    group: Group, upstream: tuple[str, ...], names: tuple[str, ...], *, run_id: str, workdir: Path,
+    base_dir: Path,
 ) -> PlannedGroup:
-    tasks = tuple(_plan_task(t, group.name, run_id, workdir, base_dir) for t in group.tasks)
+    tasks = tuple(_plan_task(t, group.name, names, run_id, workdir, base_dir) for t in group.tasks)
     return PlannedGroup(
         name=group.name,
         ignore_nonlead_status=group.ignoreNonleadStatus,
@@ -229,14 +232,19 @@ def task_dir_of(workdir: Path, task_name: str) -> Path:
     return workdir / "tasks" / task_name
 
 
-def _plan_task(task: Task, group: str, run_id: str, workdir: Path, base_dir: Path) -> PlannedTask:
+def _plan_task(task: Task, group: str, names: tuple[str, ...], run_id: str, workdir: Path,
+               base_dir: Path) -> PlannedTask:
     task_dir = task_dir_of(workdir, task.name)
     inputs = tuple(PlannedInput(rule, task_dir / "input" / str(rule.index))
                    for rule in rt.input_rules(task.inputs))
     where = f"task {task.name}"
 
     def resolve(token: rt.Token) -> str:
-        return _token_value(token, inputs, run_id=run_id, output_dir=task_dir / "output", where=where)
+        if token.kind is rt.TokenKind.HOST and rt.host_task(token, names) is None:
+            raise SpecError(f"{token.text} names no task of this workflow", where=where,
+                            fix=f"use one of: {', '.join(names)}")
+        return _token_value(token, inputs, run_id=run_id, task=task.name,
+                            output_dir=task_dir / "output", where=where)
 
     def sub(text: str) -> str:
         return rt.substitute(text, resolve)
@@ -301,13 +309,15 @@ def _plan_file(entry: object, sub: object, base_dir: Path, where: str) -> TaskFi
     return TaskFile(path=path, data=data)
 
 
-def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: str,
+def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: str, task: str,
                  output_dir: Path, where: str) -> str:
     """A token's local value: staged paths, this run's id, and 127.0.0.1 for every host."""
     if token.kind is rt.TokenKind.HOST:
         return LOCAL_HOST
-    if token.kind in (rt.TokenKind.WORKFLOW_ID, rt.TokenKind.UUID):
+    if token.kind is rt.TokenKind.WORKFLOW_ID:
         return run_id
+    if token.kind is rt.TokenKind.UUID:  # OSMO: the task's uuid, the same for every retry
+        return f"{run_id}-{task}"
     if token.kind is rt.TokenKind.OUTPUT:
         return str(output_dir)
     index = rt.input_token_key(token, [i.rule for i in inputs])
@@ -315,7 +325,7 @@ def _token_value(token: rt.Token, inputs: tuple[PlannedInput, ...], *, run_id: s
         raise SpecError(
             f"{token.text} names no input of this task",
             where=where,
-            fix="use {{input:N}} with N < the number of inputs, or a task listed under inputs",
+            fix=_INPUT_FIX,
         )
     return str(inputs[index].dest)
 
@@ -331,8 +341,7 @@ def substitute_tokens(text: str, values: Mapping[str, str], *, where: str) -> st
             key = "input:" + (token.argument if token.input_index is not None
                               else rt.normalize_name(token.argument))
         if key not in values:
-            raise SpecError(f"{token.text} names no input of this task", where=where,
-                            fix="use {{input:N}} with N < the number of inputs, or a task listed under inputs")
+            raise SpecError(f"{token.text} names no input of this task", where=where, fix=_INPUT_FIX)
         return values[key]
 
     return rt.substitute(text, one)

@@ -63,10 +63,16 @@ def attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str,
     uploads = [e.fields.get("step") for e in events if e.task == record["task"]
                and e.kind == "checkpoint_uploaded"
                and record["started_at"] <= e.t <= record["ended_at"] + 1e-3]
+    # A training that does not say where it resumed (no resched-train line): the step of
+    # the checkpoint staged into this pod (the marker's, else its framework's files).
+    staged = [e.fields["step"] for e in events if e.task == record["task"]
+              and e.kind == "inputs_staged" and e.fields.get("step") is not None
+              and e.fields.get("retry_id") == record.get("retry_id")
+              and e.t <= record["started_at"] + 1e-3]
     return {
         **record,
         "wall_s": round(record["ended_at"] - record["started_at"], 3),
-        "resumed_from_step": resumed[0] if resumed else None,
+        "resumed_from_step": resumed[0] if resumed else (staged[-1] if staged else None),
         "first_step": steps[0] if steps else None,
         "last_step": steps[-1] if steps else None,
         "checkpoints_saved": saved,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import shutil
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workflows import osmo_runtime as rt
 from workflows.backends.base import Backend, Request, SubmitResult
 from workflows.backends.options import BackendOption, OptionType
 from workflows.backends.options import parse_options as _parse
@@ -23,7 +23,6 @@ from workflows.backends.slurm.script import (
     job_name,
     upstream_job_variable,
 )
-from workflows import osmo_runtime as rt
 from workflows.backends.slurm.tasks import file_bundle_path, token_map
 from workflows.errors import BackendError
 from workflows.spec import Group, Task
@@ -160,6 +159,8 @@ OPTIONS = (
                   "(--signal=B:SIG@N)", default=60, minimum=1),
     BackendOption("grace_signal", OptionType.CHOICE, "the signal Slurm sends before the time limit",
                   default="USR1", choices=GRACE_SIGNALS),
+    BackendOption("stop_signal", OptionType.TEXT, "what the tasks get on the grace signal: the "
+                  "signal the training saves on (default TERM; Lightning: USR1)"),
     BackendOption("max_retry_per_task", OptionType.INT, "RESCHEDULEs after failures per job "
                   "(OSMO's pool setting; OSMO's own default is 0)",
                   default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
@@ -178,6 +179,7 @@ def parse_options(options: Mapping[str, Any]) -> SlurmOptions:
         tasks_per_node=opts["tasks_per_node"],
         grace_s=opts["grace"],
         grace_signal=opts["grace_signal"],
+        stop_signal=_stop_signal(opts),
         max_retry_per_task=opts["max_retry_per_task"],
     )
 
@@ -250,3 +252,11 @@ class SlurmBackend(Backend):
                 fix="check SLURM_CONF, the partition and the account",
             )
         return done.stdout.strip().split(";", 1)[0]
+
+
+def _stop_signal(options: Mapping[str, Any]) -> str:
+    """The signal the tasks get on the grace signal (default TERM; Lightning: USR1)."""
+    from wrapper.stop_outcome import parse_stop_signal
+
+    return parse_stop_signal(str(options.get("stop_signal") or "TERM"),
+                             where="--option stop_signal").name.removeprefix("SIG")

@@ -92,6 +92,7 @@ declare -A TASK_OF_PID
 start_task() { # task
     local task=$1 dir="$RUN_DIR/tasks/$1" node=${NODE_OF[$1]}
     RESCHED_TASK_DIR="$dir" RESCHED_NODE="$node" RESCHED_TASK_UUID="$SLURM_JOB_ID-$task" \
+        RESCHED_STOP_SIGNAL="$STOP_SIGNAL" RESCHED_STOP_BROADCAST=1 \
         srun --nodes=1 --ntasks=1 --overlap --nodelist="$node" --job-name="$task" \
         --kill-on-bad-exit=0 --output="$dir/task.log" \
         bash "$RUN_DIR/private-tmp.sh" "$dir/tmp" "${SHARED_PATHS[@]}" -- bash "$dir/launch.sh" &
@@ -104,11 +105,19 @@ for task in "${TASKS[@]}"; do start_task "$task"; done
 # --- grace signal: Slurm sends it before the time limit (tests: scancel --batch --signal) ---
 # Forwarded to every task: the wrapper checkpoints and stops; the job then requeues for free.
 GRACE_RECEIVED=0
+# Slurm delivers a step's signal to EVERY process of the step, the training too, so the
+# tasks get the stop signal they save on (STOP_SIGNAL), not the grace signal: a training
+# that only handles SIGTERM would die unsaved on USR1. The wrappers know the training got
+# it already (RESCHED_STOP_BROADCAST) and do not send it twice.
 forward_grace() {
     GRACE_RECEIVED=1
-    say "got SIG$GRACE_SIGNAL: asking every task to checkpoint and stop"
-    local pid
-    for pid in "${!TASK_OF_PID[@]}"; do kill -s "$GRACE_SIGNAL" "$pid" 2>/dev/null; done
+    say "got SIG$GRACE_SIGNAL: asking every task to checkpoint and stop (SIG$STOP_SIGNAL)"
+    local pid step
+    for pid in "${!TASK_OF_PID[@]}"; do
+        step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' | awk -v t="${TASK_OF_PID[$pid]}" '$2 == t {print $1}')
+        if [ -n "$step" ]; then scancel --signal="$STOP_SIGNAL" "$step" 2>/dev/null
+        else kill -s "$GRACE_SIGNAL" "$pid" 2>/dev/null; fi
+    done
 }
 trap forward_grace "$GRACE_SIGNAL"
 
@@ -160,7 +169,7 @@ stop_tasks
 
 # --- node exclusion: Slurm accepts ExcNodeList only while the job is pending, i.e. right
 #     after `scontrol requeue` (the job cannot start again before this script has ended) ---
-exclude_node() { # node
+exclude_node() { # node[,node...]
     local current wanted total
     current=$(scontrol show job "$SLURM_JOB_ID" | sed -n 's/.*ExcNodeList=\([^ ]*\).*/\1/p')
     [ "$current" = "(null)" ] && current=""
@@ -210,8 +219,8 @@ if [ "$RESULT" = RESCHEDULE ]; then
     SPENT=${SPENT:-0}
     if ((SPENT < MAX_RETRY_PER_TASK)); then
         EXCLUDE=""
-        if [ -f "$OUTCOME" ] && [ "$(helper field "$OUTCOME" exclude_node)" = true ]; then
-            EXCLUDE=$(helper field "$OUTCOME" node)
+        if [ -f "$OUTCOME" ]; then # the wrapper's node if marked, NVRx straggler nodes
+            EXCLUDE=$(helper exclusions "$OUTCOME")
         fi
         record RESCHEDULE "$RESULT_TASK" "$RESULT_CODE" "exitActions RESCHEDULE ($((SPENT + 1))/$MAX_RETRY_PER_TASK)"
         say "REQUEUED: task $RESULT_TASK exited $RESULT_CODE (RESCHEDULE $((SPENT + 1))/$MAX_RETRY_PER_TASK)"

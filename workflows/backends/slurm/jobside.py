@@ -8,6 +8,8 @@
     checkpoint-timer PID DIR URL FREQ [REGEX]  OSMO's checkpoint timer for the task PID
     field OUTCOME_JSON KEY                  print one field of the wrapper's outcome record
     describe OUTCOME_JSON                   one line: rule, decision, node, exclusion
+    exclusions OUTCOME_JSON                 nodes to exclude, comma separated (the wrapper's
+                                            node if marked, NVRx straggler nodes)
 
 Each prints one line on failure and exits 1; the batch script decides what that means.
 """
@@ -21,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workflows.backends.transfer import copy_outputs, keep_matching, upload_tree
 from workflows.osmo_runtime import (
     CheckpointSchedule,
     InputKind,
@@ -76,48 +79,28 @@ def stage(url: str, dest: Path, regex: str | None = None) -> str:
     from wrapper.checkpoint import stage_url
 
     result = stage_url(url, dest)
-    dropped = keep_matching(dest, InputRule(0, InputKind.URL, url, regex)) if regex else 0
+    dropped = keep_matching(dest, InputRule(0, InputKind.URL, url, regex))
     return (f"staged {url} -> {dest}: {result.kind}, {result.files} file(s), step {result.step}"
             + (f", {dropped} not matching {regex!r} left out" if dropped else ""))
 
 
 def stage_dir(source: Path, dest: Path, regex: str | None = None) -> str:
     """A ``task:`` input: the upstream task's outputs, published when its group completed."""
-    import shutil
-
     if not source.is_dir():
         raise FileNotFoundError(f"no published outputs at {source} (did the upstream job complete?)")
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(source, dest, dirs_exist_ok=True, symlinks=True)
-    dropped = keep_matching(dest, InputRule(0, InputKind.TASK, str(source), regex)) if regex else 0
+    copy_outputs(source, dest)
+    dropped = keep_matching(dest, InputRule(0, InputKind.TASK, str(source), regex))
     files = sum(1 for p in dest.rglob("*") if p.is_file())
-    return f"staged {source} -> {dest}: {files} file(s)" + (f", {dropped} left out by {regex!r}" if dropped else "")
-
-
-def keep_matching(root: Path, rule: InputRule) -> int:
-    """OSMO's input ``regex``: drop the staged files (only those, just written) it does not match."""
-    dropped = 0
-    for path in sorted(root.rglob("*"), reverse=True):
-        if path.is_file() and not path.is_symlink() and not rule.keeps(path.relative_to(root).as_posix()):
-            path.unlink()
-            dropped += 1
-    return dropped
+    left_out = f", {dropped} left out by {regex!r}" if dropped else ""
+    return f"staged {source} -> {dest}: {files} file(s){left_out}"
 
 
 def upload(directory: Path, url: str, regex: str | None = None) -> str:
     """A task's ``outputs:`` entry: its output folder (files ``regex`` matches) to ``url``."""
-    import fsspec  # type: ignore[import-untyped]
-
-    rule = InputRule(0, InputKind.URL, url, regex)  # the same relative-path search as inputs
-    files = [p for p in directory.rglob("*") if p.is_file() and rule.keeps(p.relative_to(directory).as_posix())]
-    if not files:
+    written = upload_tree(directory, url, regex)
+    if not written:
         return f"nothing to upload from {directory}"
-    fs, root = fsspec.core.url_to_fs(url)
-    for path in files:
-        target = f"{root.rstrip('/')}/{path.relative_to(directory).as_posix()}"
-        fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        fs.put_file(str(path), target)
-    return f"uploaded {len(files)} file(s) from {directory} to {url}"
+    return f"uploaded {len(written)} file(s) from {directory} to {url}"
 
 
 def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
@@ -201,6 +184,20 @@ def describe(record: Mapping[str, Any]) -> str:
     return text
 
 
+def exclusions(record: Mapping[str, Any]) -> str:
+    """The nodes the next allocation must avoid: the wrapper's own node when it marked
+    it, and the nodes of the ranks NVRx flagged as stragglers (``exclude_nodes``)."""
+    nodes: list[str] = []
+    if record.get("exclude_node") is True and record.get("node"):
+        nodes.append(str(record["node"]))
+    extra = record.get("exclude_nodes")
+    if isinstance(extra, list):
+        nodes += [str(n) for n in extra if isinstance(n, str) and n]
+    # a node name never holds a comma or a space: anything else cannot reach scontrol
+    safe = [n for n in dict.fromkeys(nodes) if n.replace("-", "").replace(".", "").replace("_", "").isalnum()]
+    return ",".join(safe)
+
+
 def _field(record: Mapping[str, Any], key: str) -> str:
     value = record.get(key)
     if isinstance(value, bool):
@@ -232,6 +229,8 @@ def main(argv: Sequence[str]) -> int:
                              args[4] if len(args) > 4 and args[4] else None)
         elif command == "field":
             print(_field(read_outcome(Path(args[0])), args[1]))
+        elif command == "exclusions":
+            print(exclusions(read_outcome(Path(args[0]))))
         elif command == "describe":
             print(describe(read_outcome(Path(args[0]))))
         else:

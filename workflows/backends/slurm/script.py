@@ -33,6 +33,7 @@ class SlurmOptions:
     tasks_per_node: int = 1
     grace_s: int = 60
     grace_signal: str = "USR1"
+    stop_signal: str = "TERM"  # what the tasks get on the grace signal (resched wrap --stop-signal)
     max_retry_per_task: int = DEFAULT_MAX_RETRY_PER_TASK
 
 
@@ -93,7 +94,7 @@ def intro(spec: Workflow, group: Group, options: SlurmOptions) -> list[str]:
         "#    and every task gets its checkpoint back through its inputs; a node that the wrapper",
         "#    marked as bad is added to the job's ExcNodeList, so the next run lands elsewhere;",
         f"#  - Slurm sends SIG{options.grace_signal} {options.grace_s} s before the time limit (--signal below);",
-        "#    it is forwarded to the tasks, they checkpoint and stop, and the job requeues",
+        f"#    the tasks get SIG{options.stop_signal} instead (the signal they save on), checkpoint and stop; the job requeues",
         "#    without spending the failure budget.",
         "# Lines starting with #SBATCH are sbatch options (--requeue allows the requeue).",
     ]
@@ -120,6 +121,7 @@ def settings(spec: Workflow, group: Group, options: SlurmOptions, bundle: str) -
         "# do not count. Counted in allocations.log, not SLURM_RESTART_COUNT, for that reason.",
         f"MAX_RETRY_PER_TASK={options.max_retry_per_task}",
         f"GRACE_SIGNAL={options.grace_signal}",
+        f"STOP_SIGNAL={options.stop_signal} # the tasks get this one (the signal they save on)",
         f"STOP_TIMEOUT_S={STOP_TIMEOUT_S} # stopped tasks get this long to upload a checkpoint",
         'RESCHED_PYTHON="${RESCHED_PYTHON:-python3}" # a Python with resched installed (in-job helpers)',
         "# Paths that tasks must see inside their private /tmp (shared storage, file:// stores):",
@@ -242,15 +244,15 @@ def input_functions(spec: Workflow, tasks: tuple[Task, ...]) -> list[str]:
                 continue
             # task: input -> the upstream job (a --dependency=afterok of this one) published it
             group = spec.group_of(rule.source)
-            producer = next(t.name for t in group.tasks if normalize_name(t.name) == normalize_name(rule.source))
+            wanted = normalize_name(rule.source)
+            producer = next(t.name for t in group.tasks if normalize_name(t.name) == wanted)
             variable = upstream_job_variable(group.name)
             source = f'"$WORKDIR/${{{variable}:?set by resched submit}}/outputs/{producer}"'
             stage.append(f"    stage_task_input {head} {source}{regex} || return 1")
         for output in task.outputs:
             regex = f" {shlex.quote(output.regex)}" if output.regex is not None else ""
-            upload.append(
-                f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {shlex.quote(output.url)}{regex} || return 1'
-            )
+            url = shlex.quote(output.url)
+            upload.append(f'    helper upload "$RUN_DIR/tasks/{task.name}/output" {url}{regex} || return 1')
     stage += ["    return 0", "}"]
     upload += ["    return 0", "}"]
     return stage + upload

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from workflows import osmo_runtime as rt
 from workflows.backends.slurm.tokens import TOKEN, env_suffix
 from workflows.errors import BackendError
-from workflows.spec import Group, Task, normalize_name
+from workflows.spec import Group, Task
 
 PRIVATE_ROOT = rt.PRIVATE_ROOT  # the part of a task's filesystem that is its own (OSMO: the pod's)
 
@@ -51,15 +51,15 @@ class TokenMap:
             return "${RESCHED_TASK_DIR}/output"
         if token.kind is rt.TokenKind.INPUT:
             return f"${{RESCHED_TASK_DIR}}/input/{self.input_index(token)}"
-        known = {normalize_name(t): t for t in self.group_tasks}
-        if normalize_name(token.argument) not in known:
+        host = rt.host_task(token, self.group_tasks)
+        if host is None:
             raise BackendError(
                 f"{token.text} names no task of this group",
                 where=self.where,
                 fix="the Slurm backend runs one job per group; use a task of the same group "
                 f"({', '.join(self.group_tasks)})",
             )
-        return "${" + host_variable(known[normalize_name(token.argument)]) + "}"
+        return "${" + host_variable(host) + "}"
 
     def input_index(self, token: rt.Token) -> int:
         index = rt.input_token_key(token, self.inputs)
