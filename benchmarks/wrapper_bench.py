@@ -77,8 +77,11 @@ def wrap_argv(state: Path, *options: str) -> list[str]:
     return [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(state), *options, "--"]
 
 
-def drain(argv: list[str]) -> tuple[int, float, float]:
-    """Run ``argv``, read its stdout to EOF: (bytes, first byte -> EOF s, start -> exit s)."""
+def drain(argv: list[str]) -> tuple[int, float, float, int]:
+    """Run ``argv``, read its stdout to EOF.
+
+    Returns (bytes, first byte -> EOF s, start -> exit s, peak RSS KiB of ``argv``'s
+    process and its waited-for descendants, from wait4)."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=child_env(), cwd=REPO)
@@ -93,8 +96,9 @@ def drain(argv: list[str]) -> tuple[int, float, float]:
             first = time.perf_counter()
         received += len(chunk)
     eof = time.perf_counter()
-    proc.wait()
-    return received, eof - (first or eof), time.perf_counter() - started
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss
 
 
 def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, float]:
@@ -102,6 +106,8 @@ def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, floa
         producer = Path(tmp) / "producer.py"
         producer.write_text(PRODUCER)
         direct_cmd = [PYTHON, str(producer), str(megabytes), style]
+        if style == "yes":  # the real `yes`: 2-byte lines as fast as the pipe takes them
+            direct_cmd = ["sh", "-c", f"yes | head -c {megabytes * 1024 * 1024}"]
         direct, wrapped = [], []
         for attempt in range(repeats):
             direct.append(drain(direct_cmd))
@@ -121,6 +127,7 @@ def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, floa
         "direct_total_s": best_direct_total,
         "wrapped_total_s": best_wrapped_total,
         "total_ratio": best_direct_total / best_wrapped_total,
+        "wrapped_peak_rss_MB": max(run[3] for run in wrapped) / 1024,
     }
 
 
@@ -225,7 +232,8 @@ def main() -> None:
 
 
 def report_throughput(args: argparse.Namespace) -> None:
-    for style, label in (("print", "one print() per log line"), ("blocks", "1 MiB writes")):
+    for style, label in (("yes", "`yes` (2-byte lines)"), ("blocks", "1 MiB writes"),
+                         ("print", "one print() per log line")):
         result = bench_throughput(args.mb, args.repeats, style)
         print(f"throughput, {result['bytes'] / 1e6:.0f} MB written as {label} "
               f"(best of {args.repeats}):")
@@ -234,6 +242,7 @@ def report_throughput(args: argparse.Namespace) -> None:
               "(goal >= 0.9; first byte to EOF)")
         print(f"  end to end incl. wrapper start: {result['direct_total_s']:.2f} s vs "
               f"{result['wrapped_total_s']:.2f} s -> ratio {result['total_ratio']:.2f}")
+        print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB)")
 
 
 def report_heartbeat(args: argparse.Namespace) -> None:
