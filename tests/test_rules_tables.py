@@ -64,7 +64,7 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("h:1:2 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 4 and rank 0 both on CUDA device 1000", "nccl-invalid-usage", "abort"),
     ("h:1:2 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)", "nccl-invalid-usage", "abort"),
     ("h:1:2 [0] NCCL INFO NET/IB : mlx5_2:1 Got async event : port error", "ib-hca-fault", "reschedule"),
-    ("mlx5_0: completion with status local catastrophic error", "ib-hca-fault", "reschedule"),
+    ("h:1:2 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : local catastrophic error", "ib-hca-fault", "reschedule"),
     ("NET/IB : Got completion from peer 10.0.0.2<1> with status=RNR retry counter exceeded(13)", "nccl-error", "retry"),
     ("FloatingPointError: Loss became infinite or NaN at iteration=0!", "loss-nan", "abort"),
     ("[rank0]: RuntimeError: loss is nan, stopping training", "loss-nan", "abort"),
