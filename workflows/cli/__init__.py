@@ -55,6 +55,8 @@ COMMAND_SUMMARIES = {
     'report': ('Show the report of a finished `resched run` '
                '(RUN_DIR is its --workdir or report.json).'),
     'run': "Run FILE on this machine with OSMO's runtime semantics (the local executor).",
+    'simulate': ("Replay failures through resched's decision code (or a baseline) and "
+                 "report ETTR."),
     'status': ("State, restarts, every run's result and the last outcome record of "
                "Slurm job JOB_ID."),
     'submit': 'Validate, lint and submit FILE to a backend (local runs it here).',
