@@ -43,7 +43,8 @@ _COMMAND_MODULES = {
 
 # command name -> its one-line summary, so `resched --help` lists the commands without
 # importing every area (pydantic, Jinja, fsspec: most of the start-up time). A test keeps
-# each summary equal to the command's own docstring summary.
+# each summary equal to the command's own docstring summary; a command without one here
+# is still listed (by importing its module).
 COMMAND_SUMMARIES = {
     'checkpoint': ('Publish, restore, list and verify checkpoints in a store '
                    '(a path or fsspec URL).'),
@@ -55,6 +56,8 @@ COMMAND_SUMMARIES = {
     'report': ('Show the report of a finished `resched run` '
                '(RUN_DIR is its --workdir or report.json).'),
     'run': "Run FILE on this machine with OSMO's runtime semantics (the local executor).",
+    'simulate': ("Replay failures through resched's decision code (or a baseline) and "
+                 "report ETTR."),
     'status': ("State, restarts, every run's result and the last outcome record of "
                "Slurm job JOB_ID."),
     'submit': 'Validate, lint and submit FILE to a backend (local runs it here).',
