@@ -43,7 +43,8 @@ _COMMAND_MODULES = {
 
 # command name -> its one-line summary, so `resched --help` lists the commands without
 # importing every area (pydantic, Jinja, fsspec: most of the start-up time). A test keeps
-# each summary equal to the command's own docstring summary.
+# each summary equal to the command's own docstring summary; a command without one here
+# is still listed (by importing its module).
 COMMAND_SUMMARIES = {
     'checkpoint': ('Publish, restore, list and verify checkpoints in a store '
                    '(a path or fsspec URL).'),
