@@ -23,7 +23,7 @@ from workflows.simulate.failures import (
     llama3_mix,
     load_trace,
 )
-from workflows.simulate.policies import ReschedPolicy, TorchrunRestarts
+from workflows.simulate.policies import ReschedPolicy, torchrun_restarts
 
 NO_FAILURES = FailureModel(rate_per_gpu_s=0.0, mix=(("software", 1.0),), bad_fraction=0.0)
 
@@ -36,7 +36,7 @@ def _simulate(policy, mechanics, model=NO_FAILURES, *, gpus=8, days=1.0, seed=0,
 @pytest.mark.parametrize(("interval", "cost", "block"), [(600.0, 60.0, None), (900.0, 120.0, 15.0)])
 def test_without_failures_ettr_is_one_minus_blocking_over_interval(interval, cost, block) -> None:  # type: ignore[no-untyped-def]
     mech = Mechanics(checkpoint_interval_s=interval, checkpoint_cost_s=cost, async_block_s=block)
-    outcome = _simulate(TorchrunRestarts(), mech, days=interval * 96 / 86400)  # whole intervals
+    outcome = _simulate(torchrun_restarts(), mech, days=interval * 96 / 86400)  # whole intervals
     blocking = block if block is not None else cost
     assert outcome.interruptions == 0 and not outcome.failed
     assert outcome.ettr == pytest.approx(1 - blocking / interval, abs=1e-12)
@@ -47,7 +47,7 @@ def test_a_hand_computed_trace() -> None:
     mech = Mechanics(checkpoint_interval_s=100, checkpoint_cost_s=10, restart_cost_s=50,
                      crash_detect_s=10)
     trace = (TracedFailure(250.0, KINDS["software"], 0), TracedFailure(400.0, KINDS["software"], 0))
-    outcome = _simulate(TorchrunRestarts(max_restarts=10), mech, days=660 / 86400, trace=trace)
+    outcome = _simulate(torchrun_restarts(max_restarts=10), mech, days=660 / 86400, trace=trace)
     # 0-250: saves at 100 and 200 (180 s of work kept), 50 s lost; 250-310 recovery;
     # 310-400: 90 s trained, no save yet, all lost; 400-460 recovery; 460-660: two intervals
     assert outcome.interruptions == 2
@@ -64,7 +64,7 @@ def test_exponential_failures_at_youngs_interval_match_the_analytic_ettr_within_
     tau = recovery_math.young_interval(delta, mtbf)
     mech = Mechanics(checkpoint_interval_s=tau + delta, checkpoint_cost_s=delta,
                      restart_cost_s=restart, crash_detect_s=detect)
-    outcome = _simulate(TorchrunRestarts(max_restarts=10**9), mech, model, days=1500, seed=7)
+    outcome = _simulate(torchrun_restarts(max_restarts=10**9), mech, model, days=1500, seed=7)
     analytic = recovery_math.optimal_waste(delta, mtbf, detect, restart).ettr
     assert outcome.interruptions > 3000
     assert outcome.ettr == pytest.approx(analytic, rel=0.01)

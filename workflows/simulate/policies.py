@@ -113,26 +113,38 @@ class ReschedPolicy:
 
 
 @dataclass
-class OsmoStatic:
-    """OSMO alone: every failure exit maps to RESCHEDULE in exitActions, up to the pool's
-    ``max_retry_per_task`` (never reset); no in-place restart, no node memory; hangs are
-    seen by NCCL's watchdog."""
+class CappedBaseline:
+    """A baseline that answers every failure with one action until a count that never
+    resets runs out, with no node memory:
 
-    retry_limit: int = 3
-    name: str = "osmo-static"
-    hang_detection: str = "watchdog"
+    - ``osmo-static``: OSMO alone; every failure exit is a RESCHEDULE exit action, up to
+      the pool's ``max_retry_per_task``; hangs only by NCCL's watchdog.
+    - ``torchrun``: the elastic agent restarts every worker in place up to
+      ``--max-restarts``; NCCL's watchdog sees hangs."""
 
-    def __post_init__(self) -> None:
-        self.reset()
+    name: str
+    action: Action
+    limit: int
+    hang_detection: str
+    why: str
+    used: int = field(default=0, init=False)
 
     def reset(self) -> None:
         self.used = 0
 
     def decide(self, failure: Failure) -> Verdict:
-        if self.used >= self.retry_limit:
-            return Verdict(Action.FAIL, False, "retry limit")
+        if self.used >= self.limit:
+            return Verdict(Action.FAIL, False, f"{self.why}: limit {self.limit} reached")
         self.used += 1
-        return Verdict(Action.RESCHEDULE, False, "exit action")
+        return Verdict(self.action, False, self.why)
+
+
+def osmo_static(retry_limit: int = 3) -> CappedBaseline:
+    return CappedBaseline("osmo-static", Action.RESCHEDULE, retry_limit, "watchdog", "exit action")
+
+
+def torchrun_restarts(max_restarts: int = 3) -> CappedBaseline:
+    return CappedBaseline("torchrun", Action.RETRY, max_restarts, "watchdog", "restart")
 
 
 @dataclass
@@ -164,28 +176,6 @@ class NemoBudgets:
         return Verdict(Action.FAIL, False, "budgets used up")
 
 
-@dataclass
-class TorchrunRestarts:
-    """torchrun's elastic agent: restart every worker in place up to ``--max-restarts``
-    (never reset), no node exclusion; NCCL's watchdog sees hangs."""
-
-    max_restarts: int = 3
-    name: str = "torchrun"
-    hang_detection: str = "watchdog"
-
-    def __post_init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.used = 0
-
-    def decide(self, failure: Failure) -> Verdict:
-        if self.used >= self.max_restarts:
-            return Verdict(Action.FAIL, False, "max restarts")
-        self.used += 1
-        return Verdict(Action.RETRY, False, "restart")
-
-
 POLICIES = ("resched", "osmo-static", "nemo-budgets", "torchrun")
 
 
@@ -193,9 +183,9 @@ def make_policy(name: str) -> Policy:
     if name == "resched":
         return ReschedPolicy()
     if name == "osmo-static":
-        return OsmoStatic()
+        return osmo_static()
     if name == "nemo-budgets":
         return NemoBudgets()
     if name == "torchrun":
-        return TorchrunRestarts()
+        return torchrun_restarts()
     raise ValueError(f"unknown policy {name!r}: one of {', '.join(POLICIES)}")

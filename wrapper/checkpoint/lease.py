@@ -30,6 +30,7 @@ from typing import IO
 from wrapper.checkpoint import conditional
 from wrapper.checkpoint.errors import CheckpointBusyError
 from wrapper.checkpoint.storefs import StoreFS
+from wrapper.procstate import pid_alive
 
 LEASE_KEY = "lease"
 LOCK_NAME = ".lock"
@@ -126,7 +127,7 @@ class WriterLease:
         if float(lease.get("expires", 0)) < self._wall():
             return True
         if lease.get("host") == socket.gethostname():
-            return not _pid_alive(int(lease.get("pid", 0)))
+            return not pid_alive(int(lease.get("pid", 0)))
         return False
 
 
@@ -155,23 +156,6 @@ def _parse(raw: bytes | None) -> dict:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (killed, not yet reaped) holds no lease either.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().split(b") ")[-1][:1] != b"Z"
-    except OSError:
-        return True
 
 
 def _busy(url: str, why: str) -> CheckpointBusyError:

@@ -34,6 +34,7 @@ from workflows.osmo_runtime import (
     substitute,
 )
 from wrapper.errors import ReschedError
+from wrapper.procstate import pid_alive
 
 
 def substitute_tokens(text: str, env: Mapping[str, str], task_dir: str) -> str:
@@ -135,27 +136,13 @@ def checkpoint_timer(pid: int, directory: Path, url: str, frequency_s: float,
 
     schedule = CheckpointSchedule(frequency_s)  # the one definition of OSMO's timer
     due = schedule.first_due(time.monotonic())
-    while _alive(pid):
+    while pid_alive(pid):
         if time.monotonic() >= due:
             once(final=False)
             due = schedule.next_due(time.monotonic())
         time.sleep(poll_s)
     once(final=True)  # schedule.final_upload_after_exit: whatever ended the task
     return committed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has ended
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b") ", 1)[-1][:1] != b"Z"
-    except OSError:
-        return False
 
 
 def _say(text: str) -> None:
