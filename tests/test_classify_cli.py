@@ -104,7 +104,8 @@ def test_history_budget_exhausted_aborts_and_text_names_it(tmp_path: Path) -> No
     log = FIXTURES / "cuda-devices-busy.log"  # a node fault: reschedule, no retry in place
     # moves off a blamed node are free up to 8 without progress; then 2 failure reschedules
     attempts = [{"rule": f"r{i}", "decision": "reschedule", "node": f"n{i}", "allocation": f"a{i}",
-                 "counts_as_failure": True, "exclude_node": i < 8} for i in range(10)]
+                 "counts_as_failure": True, "exclude_node": i < 8,
+                 "node_replacement": i < 8} for i in range(10)]
     result = invoke("--log", str(log), "--exit-code", "1", "--history", str(_history(tmp_path, *attempts)))
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1].startswith("with history: abort (")

@@ -53,7 +53,10 @@ def test_template_survives_kill_hang_exit16_and_sigterm_with_identical_weights(t
     assert "megatron-rerun-16" in decisions and "preempted" in decisions
     # exit 16 and the SIGTERM each moved the master to a new pod, whose input was the
     # uploaded checkpoint; the worker restarted in place and was never re-staged
-    assert [a["retry_id"] for a in chaos.attempts("master")] == [0, 1, 2]
+    # (an in-place retry may come on top, when a restarted peer's rendezvous races the
+    # new pod: the pods are what the orchestrator sees)
+    pods = [a["retry_id"] for a in chaos.attempts("master")]
+    assert pods == sorted(pods) and sorted(set(pods)) == [0, 1, 2]
     assert {a["retry_id"] for a in chaos.attempts("worker_1")} == {0}
     staged = chaos.events("inputs_staged", "master")
     assert [e["retry_id"] for e in staged] == [0, 1, 2] and all(e["step"] for e in staged[1:])

@@ -202,7 +202,7 @@ def test_without_progress_every_failure_sequence_ends_in_abort(rules: list[str],
             break
         non_abort += 1
         attempts.append(failure(rules[i % len(rules)], d.action, node=node, allocation=f"a{allocation}",
-                                exclude_node=d.exclude_node))
+                                exclude_node=d.exclude_node, node_replacement=d.node_replacement))
         allocation += d.action == "reschedule"
     else:
         raise AssertionError("never aborted")

@@ -3,6 +3,11 @@
 Real processes: plain producers with no resched import, the real CLI, the real scanner.
 The wrapper's peak RSS comes from wait4(); before the fix a burst of `yes` built a string
 of one newline per skipped line (535 MB - 1 GB for 1-2 GiB), so these runs fail on it.
+
+wait4() is called by a small intermediate process, not by pytest: Linux carries the
+parent's peak RSS through fork + exec into the child's ru_maxrss, so a wrapper started
+straight from a pytest that has imported torch (575 MB by the end of the suite) would
+report 575 MB whatever it did.
 """
 
 from __future__ import annotations
@@ -36,20 +41,29 @@ SHAPES = {
 }
 
 
+# Runs argv[2:] with stdout inherited, then writes "exit-code peak-rss-kib" to argv[1].
+_MEASURE = (
+    "import os, subprocess, sys\n"
+    "proc = subprocess.Popen(sys.argv[2:], stderr=subprocess.DEVNULL)\n"
+    "_, status, usage = os.wait4(proc.pid, 0)\n"
+    "open(sys.argv[1], 'w').write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n"
+)
+
+
 def _wrap(tmp_path: Path, shell: str) -> tuple[int, int, int]:
     """Run ``shell`` under `resched wrap`; (exit code, bytes forwarded, peak RSS in KiB)."""
-    out = tmp_path / "out"
+    out, measured = tmp_path / "out", tmp_path / "measured"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with out.open("wb") as sink:
-        proc = subprocess.Popen(
-            [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(tmp_path / "state"),
-             "--max-retries", "0", "--", "bash", "-c", shell],
-            stdout=sink, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
+        subprocess.run(
+            [PYTHON, "-c", _MEASURE, str(measured), PYTHON, "-m", "workflows.cli", "wrap",
+             "--state-dir", str(tmp_path / "state"), "--max-retries", "0", "--",
+             "bash", "-c", shell],
+            stdout=sink, stderr=subprocess.DEVNULL, env=env, cwd=REPO, check=True)
+    code, rss_kib = (int(field) for field in measured.read_text().split())
     size = out.stat().st_size
     out.unlink()  # hundreds of MB: gone before the next case
-    return proc.returncode, size, usage.ru_maxrss
+    return code, size, rss_kib
 
 
 def _record(tmp_path: Path) -> dict:

@@ -269,6 +269,8 @@ class AttemptRunner:
             extra={"leftover_processes_killed": run.leftover_processes_killed,
                    "unscanned_lines": run.unscanned_lines,
                    "unscanned_bytes": run.unscanned_bytes, **stop_extra,
+                   "node_replacement": action is Decision.RESCHEDULE
+                   and bool(getattr(decision, "node_replacement", False)),
                    **(nvrx.record_fields() if nvrx is not None else {}),
                    **({"nvrx_timeouts": dict(ft_timeouts)} if ft_timeouts else {}),
                    "explain_command": self._explain_command(run, artifacts, evidence)},

@@ -104,6 +104,7 @@ class PastAttempt:
     failure: bool
     exit_codes: frozenset[int] = frozenset()  # the attempt's and its ranks' exit codes
     exclude_node: bool = False  # the policy moved the job off this attempt's node
+    node_replacement: bool = False  # ...and that move spent no failure budget
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> PastAttempt:
@@ -122,7 +123,8 @@ class PastAttempt:
         return cls(rule=text("rule"), node=text("node"), allocation=text("allocation"),
                    decision=decision, step=attempt_step(record), failure=is_failure(record),
                    exit_codes=frozenset(c for c in codes if type(c) is int),
-                   exclude_node=record.get("exclude_node") is True)
+                   exclude_node=record.get("exclude_node") is True,
+                   node_replacement=record.get("node_replacement") is True)
 
 
 class HistoryCorrupted(ValueError):

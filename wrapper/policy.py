@@ -14,8 +14,8 @@ The order of questions (each answered from data only, no clock, no I/O):
 6. retry while in-place retries last in this allocation (exponential backoff), then
    reschedule.
 7. reschedule while the failure-reschedule budget lasts, then abort. A reschedule that
-   moves the job off a node the policy blames (excluded: a hardware rule, exit 16, a
-   node that failed twice) is infrastructure recovery, not the job failing: it spends
+   moves the job off a node the rule blames (a hardware rule, exit 16, a failed health
+   check) is infrastructure recovery, not the job failing: it spends
    no failure budget (SkyPilot's two axes), up to ``max_node_replacements`` without
    checkpoint progress, beyond which the fault follows the job, not its nodes. At scale
    this matters: 16K GPUs see independent hardware faults on different nodes within
@@ -64,6 +64,7 @@ class PolicyDecision:
     exclude_node: bool
     retries_left: int
     reschedules_left: int
+    node_replacement: bool = False  # a free reschedule off a node the rule blames
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ def _counts(history: History, budgets: Budgets, allocation: str, step: int | Non
     else:
         retries = max(recorded, retries_used_in_allocation)
     moved = [a for a in failures if a.decision is Decision.RESCHEDULE]
-    # the first max_node_replacements moves off a blamed node were free; later ones spent
-    replacements = min(budgets.max_node_replacements, sum(1 for a in moved if a.exclude_node))
+    # the records say which moves were free node replacements (older records: none)
+    replacements = sum(1 for a in moved if a.node_replacement)
     return _Counts(window=tuple(failures), retries_used=retries,
                    reschedules_used=len(moved) - replacements, replacements=replacements)
 
@@ -152,7 +153,8 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         parts = [f"{head} -> {action}", why, node_note,
                  budget_note if action is not Decision.COMPLETE else ""]
         return PolicyDecision(action=action, reason="; ".join(p for p in parts if p), backoff_s=backoff,
-                        exclude_node=exclude, retries_left=r_left, reschedules_left=s_left)
+                              exclude_node=exclude, retries_left=r_left, reschedules_left=s_left,
+                              node_replacement=action is Decision.RESCHEDULE and not budget)
 
     rule_decision = Decision.parse(diagnosis.decision)
     if rule_decision is Decision.COMPLETE:
@@ -179,10 +181,10 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         action = Decision.RESCHEDULE
         why = _join(why, f"in-place retries used up ({budgets.max_retries} in this allocation)")
     if action is Decision.RESCHEDULE:
-        excluded, _ = _node_exclusion(diagnosis, history, node, True)
-        # the second bound holds even for records that do not say they excluded a node
+        # free only when the rule itself blames the node (hardware, exit 16, a health
+        # check): a node that merely failed twice may be a bug that follows the job
         moves = counts.replacements + counts.reschedules_used
-        if (excluded and counts.replacements < budgets.max_node_replacements
+        if (diagnosis.exclude_node and counts.replacements < budgets.max_node_replacements
                 and moves < budgets.max_reschedules + budgets.max_node_replacements):
             return done(Decision.RESCHEDULE, _join(why, (
                 f"the node is replaced: infrastructure recovery, no failure budget spent "

@@ -100,6 +100,7 @@ class ReschedPolicy:
             "checkpoint_step_before": failure.checkpoint_step,
             "checkpoint_step_after": failure.checkpoint_step,
             "exit_code": failure.kind.exit_code, "exclude_node": decision.exclude_node,
+            "node_replacement": decision.node_replacement,
         })
         action = Decision.parse(decision.action)
         if action is Decision.RETRY:
