@@ -407,22 +407,16 @@ def test_a_closed_stdout_never_kills_the_training(tmp_path: Path) -> None:
 
 def test_sigterm_during_the_retry_backoff_leaves_as_a_preemption(tmp_path: Path) -> None:
     outcome = tmp_path / "final.json"
-    # the first in-place retry starts at once; the second one waits the backoff (60 s)
-    wrapper = subprocess.Popen([*wrap_argv(tmp_path / "state"), "--backoff", "60,jitter=0",
+    # the first in-place retry starts at once; the second one waits the backoff (60 s).
+    # The second attempt's record is written before that wait: poll for it, no pipes.
+    state = tmp_path / "state"
+    wrapper = subprocess.Popen([*wrap_argv(state), "--backoff", "60,jitter=0",
                                 "--", "sh", "-c", "exit 1"],
                                cwd=REPO, env=child_env(RESCHED_OUTCOME_FILE=str(outcome)),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert wrapper.stderr is not None
-    decisions = 0
-    for line in wrapper.stderr:
-        if line.startswith("resched: event decision "):
-            assert '"decision": "retry"' in line
-            decisions += 1
-            if decisions == 2:
-                wrapper.send_signal(signal.SIGTERM)  # while it waits the backoff
-                break
-    wrapper.communicate(timeout=60)
-    assert wrapper.returncode == 3
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_file(state / "attempts" / "attempt-0002.node-a.json", timeout=60)
+    wrapper.send_signal(signal.SIGTERM)  # while it waits the backoff
+    assert wrapper.wait(timeout=30) == 3
     final = json.loads(outcome.read_text())
     assert (final["decision"], final["stop_signal"]) == ("reschedule", "SIGTERM")
     assert len(records(tmp_path / "state")) == 2  # no third attempt was started
