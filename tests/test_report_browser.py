@@ -118,10 +118,12 @@ def test_timeline_bars_and_marks_land_where_the_run_put_them(tmp_path: Path, bro
 
 
 def test_a_real_run_with_a_fault_renders_its_attempts_and_recovery(tmp_path: Path, browser: str) -> None:
-    # plain sh, no resched import: steps, a checkpoint file, resume from it
+    # plain sh, no resched import: steps, a checkpoint file (written then renamed: a kill
+    # between `>`'s truncate and its write left an empty state once, under load), resume
     stepper = ("s=0; if [ -e {{output}}/state ]; then s=$(cat {{output}}/state); "
                "echo resched-train: resumed from step $s; fi; i=$s; while [ $i -lt 40 ]; do i=$((i+1)); "
-               "sleep 0.05; echo resched-train: step $i; if [ $((i % 2)) -eq 0 ]; then echo $i > {{output}}/state; "
+               "sleep 0.05; echo resched-train: step $i; if [ $((i % 2)) -eq 0 ]; then "
+               "echo $i > {{output}}/state.new && mv {{output}}/state.new {{output}}/state; "
                "echo resched-train: checkpoint step $i save_s 0.001; fi; done")
     spec = write_workflow(tmp_path, f"""
         workflow:
