@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 from workflows.lint.core import Finding, LintContext, TaskSite
+from workflows.lint.wrap_scan import task_texts
 
 _WRAPPER = re.compile(r"\binprocess\.Wrapper\b|from\s+nvidia_resiliency_ext\.inprocess\s+import[^\n]*\bWrapper\b")
 _TIMEDELTA = r"(?:datetime\.)?timedelta\(\s*(?:seconds\s*=\s*)?([0-9.]+)\s*\)"
@@ -33,24 +33,6 @@ _STORE_ENV = ("MASTER_ADDR", "MASTER_PORT")
 _HANG = re.compile(r"--hang-timeout(?:=|\s+)['\"]?([0-9.]+)(s|m|h)?\b")
 _UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _MAX_FILE = 2 * 1024 * 1024
-
-
-def _python_texts(site: TaskSite, base_dir: Path) -> list[tuple[str, str]]:
-    """(YAML path, text) of the command and every readable file of the task."""
-    task = site.task
-    texts = [(f"{site.path}.command", " ".join((*task.command, *task.args)))]
-    for index, file in enumerate(task.files):
-        if file.contents is not None and not file.base64:
-            texts.append((f"{site.path}.files[{index}].contents", file.contents))
-        elif file.localpath is not None:
-            path = (base_dir / Path(file.localpath).expanduser()).resolve()
-            try:
-                if path.is_file() and path.stat().st_size <= _MAX_FILE:
-                    texts.append((f"{site.path}.files[{index}].localpath",
-                                  path.read_text(encoding="utf-8", errors="replace")))
-            except OSError:
-                continue
-    return texts
 
 
 def _seconds(text: str, name: str) -> float | None:
@@ -76,7 +58,7 @@ def _collective_timeout(text: str) -> tuple[float, str] | None:
 def _wrapper_sites(ctx: LintContext) -> Iterator[tuple[TaskSite, str, str, str]]:
     """(site, YAML path of the Wrapper's file, that text, all of the task's text)."""
     for site in ctx.sites:
-        texts = _python_texts(site, ctx.base_dir)
+        texts = task_texts(site, ctx.base_dir, max_bytes=_MAX_FILE)
         everything = "\n".join(text for _, text in texts)
         for where, text in texts:
             if _WRAPPER.search(text):

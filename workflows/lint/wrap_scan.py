@@ -7,6 +7,7 @@ the task's environment or assigned in the same script), which win over the defau
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from wrapper.config import (
     DEFAULT_RESCHEDULE_CODE,
     RESCHEDULE_CODE_ENV,
 )
+
 _MAX_LOCAL_FILE = 1 << 20
 _SHELL_SUFFIXES = ("", ".sh", ".bash")
 _SHELL_SHEBANG = re.compile(r"^#!\S*/(?:env\s+)?(?:ba|z|da)?sh\b")
@@ -39,31 +41,33 @@ class WrapCall:
     checkpoint_dir: str | None = None  # where the training writes checkpoints (literal paths only)
 
 
-def _texts(site: TaskSite, base_dir: Path) -> list[tuple[str, str]]:
+def task_texts(site: TaskSite, base_dir: Path, *, max_bytes: int,
+               keep: Callable[[Path, str], bool] = lambda _path, _text: True,
+               ) -> list[tuple[str, str]]:
+    """(YAML path, text) of a task's command and of its readable files: inline
+    ``contents`` and the ``localpath`` files (regular, at most ``max_bytes``) that
+    ``keep(path, text)`` accepts. Shared by the wrap and in-process lint rules."""
     task = site.task
     texts = [(f"{site.path}.command", " ".join((*task.command, *task.args)))]
     for index, file in enumerate(task.files):
         if file.contents is not None and not file.base64:
             texts.append((f"{site.path}.files[{index}].contents", file.contents))
         elif file.localpath is not None:
-            local = _read_local_script(base_dir, file.localpath)
-            if local is not None:
-                texts.append((f"{site.path}.files[{index}].localpath", local))
+            path = (base_dir / Path(file.localpath).expanduser()).resolve()
+            try:
+                if not path.is_file() or path.stat().st_size > max_bytes:
+                    continue
+                text = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if keep(path, text):
+                texts.append((f"{site.path}.files[{index}].localpath", text))
     return texts
 
 
-def _read_local_script(base_dir: Path, localpath: str) -> str | None:
+def _is_shell_script(path: Path, text: str) -> bool:
     """A shell script uploaded with localpath (a Python file that mentions wrap is not one)."""
-    path = (base_dir / Path(localpath).expanduser()).resolve()
-    try:
-        if not path.is_file() or path.stat().st_size > _MAX_LOCAL_FILE:
-            return None
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    if path.suffix in _SHELL_SUFFIXES or _SHELL_SHEBANG.match(text):
-        return text
-    return None
+    return path.suffix in _SHELL_SUFFIXES or bool(_SHELL_SHEBANG.match(text))
 
 
 def _strip_comments(text: str) -> str:
@@ -110,7 +114,7 @@ def task_wrap_calls(ctx: LintContext, site: TaskSite) -> tuple[WrapCall, ...]:
 def wrap_calls(site: TaskSite, base_dir: Path) -> tuple[WrapCall, ...]:
     calls: list[WrapCall] = []
     env = site.task.environment
-    for where, raw in _texts(site, base_dir):
+    for where, raw in task_texts(site, base_dir, max_bytes=_MAX_LOCAL_FILE, keep=_is_shell_script):
         text = _strip_comments(raw)
         for match in _WRAP.finditer(text):
             end = _END_OF_OPTIONS.search(text, match.end())
