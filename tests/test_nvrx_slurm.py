@@ -9,12 +9,11 @@ from the step where it was stopped. Before ``--stop-signal`` the USR1 killed it 
 from __future__ import annotations
 
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from slurm_fixtures import SlurmCluster, slurm_cluster_fixture  # noqa: F401
-from test_slurm_cluster import batch_log, submit, task_log, write_workflow
+from test_slurm_cluster import batch_log, submit, task_log, wait_for_master_step, write_workflow
 
 from workflows.backends.slurm.jobside import exclusions
 from workflows.backends.slurm.status import read_job_status
@@ -58,11 +57,7 @@ def test_term_only_training_saves_on_slurm_grace_and_requeues_for_free(
     (tmp_path / "train.py").write_text(TERM_ONLY_TRAIN)
     job_id = submit(slurm_cluster, workflow, max_retry_per_task=0)  # no failure budget
     slurm_cluster.wait_for_state(job_id, {"RUNNING"})
-    log_path = workdir / job_id / "allocation-0" / "tasks" / "master" / "task.log"
-    deadline = time.monotonic() + 60
-    while "tiny-train: step 5" not in (log_path.read_text() if log_path.exists() else ""):
-        assert time.monotonic() < deadline, "the training never reached step 5"
-        time.sleep(0.2)
+    wait_for_master_step(workdir, job_id, 5)
     slurm_cluster.run("scancel", "--batch", "--signal=USR1", job_id)
     info = slurm_cluster.wait_for_state(job_id, {"COMPLETED", "FAILED"}, timeout_s=120)
     log = batch_log(workdir, job_id)

@@ -96,6 +96,15 @@ def submit(cluster: SlurmCluster, workflow: Path, **options: object) -> str:
     return backend.submit(request).job_id
 
 
+def wait_for_master_step(workdir: Path, job_id: str, step: int, timeout_s: float = 60) -> None:
+    """Poll the first allocation's master task log until the training logged ``step``."""
+    log_path = workdir / job_id / "allocation-0" / "tasks" / "master" / "task.log"
+    deadline = time.monotonic() + timeout_s
+    while f"tiny-train: step {step}" not in (log_path.read_text() if log_path.exists() else ""):
+        assert time.monotonic() < deadline, f"the training never reached step {step}"
+        time.sleep(0.2)
+
+
 def task_log(workdir: Path, job_id: str, allocation: int) -> str:
     return (
         workdir / job_id / f"allocation-{allocation}" / "tasks" / "master" / "task.log"
@@ -170,11 +179,7 @@ def test_grace_signal_checkpoints_and_requeues_for_free(
     # A budget of 0: a failure requeue would fail the job; a grace requeue must not.
     job_id = submit(slurm_cluster, workflow, max_retry_per_task=0)
     slurm_cluster.wait_for_state(job_id, {"RUNNING"})
-    log_path = workdir / job_id / "allocation-0" / "tasks" / "master" / "task.log"
-    deadline = time.monotonic() + 60
-    while "tiny-train: step 5" not in (log_path.read_text() if log_path.exists() else ""):
-        assert time.monotonic() < deadline, "the training never reached step 5"
-        time.sleep(0.2)
+    wait_for_master_step(workdir, job_id, 5)
     slurm_cluster.run("scancel", "--batch", "--signal=USR1", job_id)
     info = slurm_cluster.wait_for_state(job_id, {"COMPLETED", "FAILED"}, timeout_s=120)
     log = batch_log(workdir, job_id)
