@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,14 +130,57 @@ def _inject_exit(
                      "(the wrapper's decision is bypassed)", tuple(pids), forced_exit_code=code)
 
 
-class Throttle:
-    """Runs a task's workload FACTOR times slower: in every period it may run for
-    period / FACTOR and is stopped for the rest (a throttled GPU, a slow node). The
-    process list is read again each period, so ranks a launcher restarts are slowed too;
-    it ends when the attempt's processes are gone, and always leaves them running."""
+MIN_SHARE = 0.25  # at most 4x more pause for load: a heavily loaded machine still progresses
 
-    def __init__(self, token: str, top_pid: int, factor: float, period_s: float = 0.02) -> None:
+
+def cpu_share(cpus: int, loadavg: str) -> float:
+    """The share of one CPU that a runnable process gets now: CPUs / runnable tasks, from
+    /proc/loadavg's "running/total" field (read by the throttle while its workload is
+    stopped: the reading thread itself stands in for the peer it is compared with)."""
+    try:
+        running = int(loadavg.split()[3].split("/")[0])
+    except (IndexError, ValueError):
+        return 1.0
+    return max(MIN_SHARE, min(1.0, cpus / max(1, running)))
+
+
+def _read_loadavg() -> str:
+    try:
+        return Path("/proc/loadavg").read_text()
+    except OSError:
+        return ""
+
+
+class Throttle:
+    """Runs a task's workload FACTOR times slower than its peers (a throttled GPU, a slow
+    node): it runs for period / FACTOR, then is stopped (SIGSTOP) and continued. The
+    process list is read again every ``refresh_s``, so ranks a launcher restarts are
+    slowed too; it ends when the attempt's processes are gone, and always leaves them
+    running.
+
+    How long the pause is, and why (measured with NVRx's relative scores, see
+    docs/wrapper.md "A straggler stop end to end"):
+    - it follows how long the workload really ran: on a loaded machine this thread wakes
+      late, and a fixed pause gave a much smaller factor than asked;
+    - it grows with the machine's load: a process continued after a pause is scheduled at
+      once (the kernel credits the time it did not run), so it ran its window at full
+      speed while its unslowed peers shared the CPUs with everything else. A pause of
+      ran x (FACTOR / share - 1), share = the CPU share a runnable peer gets now, keeps
+      it FACTOR times slower than a peer (it was ~3x for a requested 8 at load 7 on two
+      cores without this);
+    - the process scan (~2 ms) is done while the workload is stopped, not every period.
+    The period is short against a training step, so every step is slowed, not some
+    steps a lot and the others not at all (NVRx compares medians).
+    """
+
+    def __init__(self, token: str, top_pid: int, factor: float, period_s: float = 0.02,
+                 refresh_s: float = 0.25, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep,
+                 load: Callable[[], str] = _read_loadavg, cpus: int | None = None) -> None:
         self.token, self.top_pid, self.factor, self.period_s = token, top_pid, factor, period_s
+        self.refresh_s, self.clock, self.sleep, self.load = refresh_s, clock, sleep, load
+        self.cpus = cpus or len(os.sched_getaffinity(0))
+        self.share = 1.0  # smoothed: one sample of the run queue is noisy
 
     def _targets(self) -> list[int] | None:
         procs = proctree.task_processes(self.token)
@@ -145,12 +189,29 @@ class Throttle:
         _wrapper, below = proctree.workload(procs, self.top_pid)
         return sorted(p.pid for p in proctree.leaves(below) if not _is_launcher(p))
 
+    def _sleep_until(self, deadline: float) -> None:
+        left = deadline - self.clock()
+        if left > 0:
+            self.sleep(left)
+
+    def pause_s(self, ran_s: float) -> float:
+        """How long to stop the workload after it ran ``ran_s`` (updates the share)."""
+        self.share = 0.8 * self.share + 0.2 * cpu_share(self.cpus, self.load())
+        return ran_s * (self.factor / self.share - 1.0)
+
     def run(self) -> None:
         running = self.period_s / self.factor
-        while (targets := self._targets()) is not None:
-            time.sleep(running)
-            proctree.send(targets, signal.SIGSTOP)
+        targets = self._targets()
+        refreshed = self.clock()
+        while targets is not None:
+            started = self.clock()
+            self._sleep_until(started + running)
+            stopped = targets
+            proctree.send(stopped, signal.SIGSTOP)
+            resume_at = self.clock() + self.pause_s(self.clock() - started)
             try:
-                time.sleep(self.period_s - running)
+                if self.clock() - refreshed >= self.refresh_s:  # scan while they are stopped
+                    targets, refreshed = self._targets(), self.clock()
+                self._sleep_until(resume_at)
             finally:
-                proctree.send(targets, signal.SIGCONT)
+                proctree.send(stopped, signal.SIGCONT)
