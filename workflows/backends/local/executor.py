@@ -26,7 +26,7 @@ from workflows.backends.local.inject import install_hook
 from workflows.backends.local.plan import LocalPlan, PlannedGroup, PlannedTask
 from workflows.backends.local.progress import Progress, TaskRow
 from workflows.backends.local.staging import stage_input, upload_outputs
-from workflows.backends.local.taskrun import RunContext, TaskRun, start_run
+from workflows.backends.local.taskrun import RunContext, TaskRun, node_name, start_run
 from workflows.backends.local.timeline import Timeline
 from workflows.osmo_runtime import exit_decision, group_reaction
 
@@ -262,19 +262,33 @@ class Executor:
             state.status = reaction.task_status
             self._upload_outputs(state)
             return None
-        self._restart(state, states, reaction.restart_others, reaction.reason)
+        self._restart(state, states, reaction.restart_others, reaction.reason,
+                      excluded=_excluded_nodes(record))
         return None
 
-    def _restart(self, state: TaskState, states: list[TaskState], others: bool, why: str) -> None:
+    def _restart(self, state: TaskState, states: list[TaskState], others: bool, why: str,
+                 excluded: frozenset[str] = frozenset()) -> None:
         siblings = [s for s in states if s is not state] if others else []
         for sibling in siblings:
             if sibling.run is not None:
                 sibling.run.stop(self.options.stop_grace_s)
-                self._finish(sibling, "RESTARTING", action="", note=why, stopped=True)
+                record = self._finish(sibling, "RESTARTING", action="", note=why, stopped=True)
+                excluded |= _excluded_nodes(record)
         self._new_pod(state)
+        # A sibling on a node a wrapper excluded (e.g. NVRx flagged its ranks as stragglers)
+        # is not restarted in place: it gets a new pod, i.e. another emulated node, as a
+        # scheduler honouring the excluded-node list would place it (Slurm's --exclude).
+        moved = [s for s in siblings if node_name(s.task, s.retry_id) in excluded]
+        for sibling in moved:
+            node = node_name(sibling.task, sibling.retry_id)
+            self._new_pod(sibling)
+            self.timeline.add("node_excluded", sibling.task.name, node=node,
+                              new_node=node_name(sibling.task, sibling.retry_id))
+            self.progress.line(f"{sibling.task.name}  EXCLUDE  node {node} (a wrapper excluded "
+                               "it): new pod on another node")
         for restarted in [state, *siblings]:
             self._start(restarted)
-            mode = "new pod" if restarted is state else "in place"
+            mode = "new pod" if restarted is state or restarted in moved else "in place"
             self.timeline.add("attempt_restarted", restarted.task.name, mode=mode,
                               attempt=restarted.attempts, retry_id=restarted.retry_id, reason=why)
             self.progress.line(f"{restarted.task.name}  RESTART  attempt {restarted.attempts} "
@@ -325,10 +339,20 @@ def _wall(mono: float, executor: Executor) -> float:
     return executor.timeline.clock() - (executor.clock() - mono)
 
 
+def _excluded_nodes(record: dict[str, Any]) -> frozenset[str]:
+    """The nodes an attempt's wrapper asked to leave out (``exclude_nodes``, e.g. the
+    nodes of NVRx's straggler ranks; its own node when ``exclude_node``)."""
+    wrapper = record.get("wrapper") or {}
+    nodes = {n for n in wrapper.get("exclude_nodes") or () if isinstance(n, str) and n}
+    if wrapper.get("exclude_node") is True and isinstance(wrapper.get("node"), str):
+        nodes.add(wrapper["node"])
+    return frozenset(nodes)
+
+
 def _wrapper_summary(outcome: dict[str, Any] | None) -> dict[str, Any] | None:
     if outcome is None:
         return None
     keys = ("decision", "rule", "category", "reason", "wrapper_exit_code", "attempt",
             "checkpoint_step_before", "checkpoint_step_after", "exclude_node", "node",
-            "exclude_nodes")  # nvrx: straggler nodes (a local reschedule is a new node anyway)
+            "exclude_nodes")  # nvrx: straggler nodes, honoured by _restart
     return {k: outcome[k] for k in keys if k in outcome}

@@ -223,10 +223,15 @@ def _environment(task: PlannedTask, env_task: dict[str, str], retry_id: int, tok
     env.update(env_task)
     env[proctree.TOKEN_ENV] = token
     env["RESCHED_OUTCOME_FILE"] = str(outcome_file)
-    # A reschedule lands on "another node": node names differ per pod, as on a cluster.
     if "RESCHED_NODE" not in env_task:
-        env["RESCHED_NODE"] = f"local-{task.name}-{retry_id}"
+        env["RESCHED_NODE"] = node_name(task, retry_id)
     return env
+
+
+def node_name(task: PlannedTask, retry_id: int) -> str:
+    """The emulated node a pod of ``task`` runs on. A reschedule lands on "another node":
+    node names differ per pod, as on a cluster (unless the task sets RESCHED_NODE itself)."""
+    return dict(task.environment).get("RESCHED_NODE") or f"local-{task.name}-{retry_id}"
 
 
 def _read_lines(stream: IO[bytes], name: str, run: TaskRun, log: IO[bytes], lock: threading.Lock,
