@@ -1,0 +1,129 @@
+"""How far NVRx's straggler scores separate a slowed task's rank from an unslowed one.
+
+Mirrors ``resched run --chaos slow:worker_1=F`` on the two-task straggler template
+without the executor around it: two torchruns (``--nnodes 2``, one rank each: two
+emulated nodes), the second one under a token and throttled by the local executor's own
+``Throttle`` (SIGSTOP / SIGCONT duty cycle) from the first training step on. examples/straggler_train.py runs with
+``--report-only`` so every NVRx report's relative ``step`` scores are logged. Optional
+background load: ``--load N`` starts N ``yes > /dev/null`` processes (stopped by their
+pid at the end of each run).
+
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 4
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 0   # no slow: control
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 4 --load 2
+
+Prints, per run, every report's scores of rank 0 (never slowed) and rank 1, then the
+minimum score of each rank over all runs and the maximum of the slowed rank's: the
+margin a threshold has on either side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from workflows.backends.local import proctree  # noqa: E402
+from workflows.backends.local.inject import Throttle  # noqa: E402
+
+SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+)")
+
+
+def free_port() -> int:
+    for _ in range(100):
+        port = random.randint(20000, 60000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
+
+
+def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, float]]:
+    port = free_port()
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    train = [os.environ.get("STRAGGLER_SCRIPT", str(REPO / "examples" / "straggler_train.py")), "--cpu-stubs", "--report-only",
+             "--steps", str(args.steps), "--work", str(args.work),
+             "--report-interval", str(args.interval), "--threshold", str(args.threshold)]
+    procs, loads = [], []
+    for node in (0, 1):
+        token = f"straggler-bench-{os.getpid()}-{index}-{node}"
+        argv = ["torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
+                "--master-addr", "127.0.0.1", "--master-port", str(port), *train,
+                "--node-name", f"node-{node}"]
+        procs.append((subprocess.Popen(
+            ["sh", "-c", '"$@"; exit $?', "sh", *argv], env={**env, proctree.TOKEN_ENV: token},
+            stdout=subprocess.PIPE if node == 0 else subprocess.DEVNULL,
+            stderr=open(f"/tmp/strag/exp/err-{node}.txt", "w") if os.environ.get("STRAGGLER_SCRIPT") else subprocess.DEVNULL, text=True, start_new_session=True), token))
+    thread = None
+    lines: list[str] = []
+    for _ in range(args.load):
+        loads.append(subprocess.Popen(["sh", "-c", "exec yes > /dev/null"]))
+    try:
+        stdout = procs[0][0].stdout
+        assert stdout is not None
+        for line in stdout:  # slowed from the first step on, as `slow:TASK=F@1ckpt` does
+            lines.append(line)
+            if thread is None and args.factor > 1 and "resched-train: step" in line:
+                top, token = procs[1]
+                thread = threading.Thread(target=Throttle(token, top.pid, args.factor).run,
+                                          daemon=True)
+                thread.start()
+        procs[0][0].wait(timeout=600)
+        procs[1][0].wait(timeout=60)
+    finally:
+        for load in loads:
+            load.send_signal(signal.SIGKILL)
+            load.wait()
+        for proc, token in procs:  # the ranks too: torchrun starts them in their own session
+            proctree.kill_all(proc.pid, token)
+            proc.wait()
+    if thread is not None:
+        thread.join(timeout=10)
+    return [(int(m.group(1)), float(m.group(2)), float(m.group(3)))
+            for m in SCORES.finditer("".join(lines))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--factor", type=float, default=4.0, help="0: no slow (the control)")
+    parser.add_argument("--load", type=int, default=0, help="background `yes` processes")
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--work", type=int, default=600)
+    parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--threshold", type=float, default=0.4)
+    args = parser.parse_args()
+    fast: list[float] = []
+    slow: list[float] = []
+    first_slow: list[float] = []
+    for index in range(args.runs):
+        reports = one_run(args, index)
+        fast += [r0 for _s, r0, _r1 in reports]
+        slow += [r1 for _s, _r0, r1 in reports]
+        if reports:
+            first_slow.append(reports[0][2])
+        text = "  ".join(f"@{s}: {r0:.2f}/{r1:.2f}" for s, r0, r1 in reports)
+        print(f"run {index + 1}: rank0/rank1 {text}", flush=True)
+    print(f"factor {args.factor:g} load {args.load}: {len(fast)} reports; rank 0 min "
+          f"{min(fast, default=float('nan')):.3f}; rank 1 min {min(slow, default=float('nan')):.3f}"
+          f" max {max(slow, default=float('nan')):.3f}; first report rank 1 max "
+          f"{max(first_slow, default=float('nan')):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""A straggler stop end to end through the local executor: `resched run` on the shipped
+two-task straggler template with ``--chaos slow:worker_1=8``. NVRx flags the slowed
+task's rank only, the training saves and stops, both wrappers reschedule without that
+task's node, the executor places the task on another emulated node, the run completes
+with the checkpoint carried. Plus the pieces it rests on: the throttle's pause, and
+the exclusion of a sibling's node with plain shell tasks (no torch)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.local_fixtures import REPO, LocalRun, free_port, run_local, write_workflow
+from workflows.backends.local.inject import MIN_SHARE, Throttle, cpu_share
+
+TEMPLATE = REPO / "templates" / "multi-node-straggler.yaml"
+EXAMPLE = REPO / "examples" / "straggler_train.py"
+STEPS = 500  # the unslowed attempt after the stop still gets several reports (the control)
+THRESHOLD = 0.4  # the template's straggler_threshold
+CONSECUTIVE = 2  # the template's consecutive_reports
+SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+) stragglers (\[.*\])")
+WARNING = re.compile(r"STRAGGLER DETECTION WARNING.*Affected ranks: \{(.*)\}")
+
+
+def load_example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("straggler_train_example", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_template_ships_the_example_unchanged() -> None:
+    assert (REPO / "templates" / "straggler_train.py").read_text() == EXAMPLE.read_text(), (
+        "templates/straggler_train.py differs from examples/straggler_train.py: copy it over")
+
+
+# ------------------------------------------------------------------ the throttle's pause
+def test_cpu_share_from_the_run_queue() -> None:
+    assert cpu_share(2, "0.50 0.40 0.30 2/300 4242\n") == 1.0  # the reader + one peer
+    assert cpu_share(2, "3.00 3.00 3.00 3/310 4242\n") == pytest.approx(2 / 3)
+    assert cpu_share(2, "40.0 30.0 20.0 40/310 4242\n") == MIN_SHARE  # bounded
+    assert cpu_share(2, "garbage") == 1.0  # no /proc/loadavg: no load correction
+
+
+def test_pause_keeps_the_factor_against_loaded_peers() -> None:
+    idle = Throttle("t", 1, factor=8.0, load=lambda: "0 0 0 1/100 1", cpus=2)
+    assert idle.pause_s(0.0025) == pytest.approx(0.0025 * 7)  # ran 1/8 of the time
+    loaded = Throttle("t", 1, factor=8.0, load=lambda: "3 3 3 3/100 1", cpus=2)
+    pauses = [loaded.pause_s(0.0025) for _ in range(40)]  # the share is smoothed
+    assert pauses == sorted(pauses) and pauses[-1] == pytest.approx(0.0025 * (8 * 3 / 2 - 1), rel=0.01)
+    late = Throttle("t", 1, factor=8.0, load=lambda: "0 0 0 1/100 1", cpus=2)
+    assert late.pause_s(0.010) == pytest.approx(0.070)  # a late stop: a longer pause
+
+
+# ----------------------------------------- a wrapper's excluded node moves a sibling's pod
+EXCLUDING_LEAD = """
+workflow:
+  name: exclude-sibling
+  groups:
+  - name: g
+    ignoreNonleadStatus: false
+    tasks:
+    - name: master
+      lead: true
+      command: ["sh", "/tmp/master.sh"]
+      environment: {RESCHED_STATE_DIR: /tmp/state, RESCHED_RESCHEDULE_CODE: "3"}
+      files:
+      - path: /tmp/master.sh
+        contents: |
+          # A training that got a straggler report naming worker_1's first node, and stopped.
+          exec resched wrap --expect-finished-flag /tmp/FINISHED -- sh -c '
+            if [ "$RESCHED_NODE" = local-master-0 ]; then
+              printf "{\\"rank_to_node\\": {\\"0\\": \\"local-master-0\\", \\"1\\": \\"local-worker_1-0\\"}, \\"stragglers\\": [1], \\"section_relative\\": {\\"step\\": {\\"0\\": 1.0, \\"1\\": 0.1}}}" > "$RESCHED_STRAGGLER_REPORT"
+              exit 0
+            fi
+            touch /tmp/FINISHED'
+      exitActions: {RESCHEDULE: "3"}
+    - name: worker_1
+      command: ["sh", "-c", "echo on $RESCHED_NODE; exec sleep 60"]
+"""
+
+
+@pytest.mark.e2e
+def test_a_sibling_on_an_excluded_node_gets_a_new_pod(tmp_path: Path) -> None:
+    run = run_local(write_workflow(tmp_path, EXCLUDING_LEAD), workdir=tmp_path / "work",
+                    timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    first = run.attempts("master")[0]
+    assert first["action"] == "RESCHEDULE"
+    assert first["wrapper"]["exclude_nodes"] == ["local-worker_1-0"]
+    (moved,) = run.events("node_excluded", "worker_1")
+    assert (moved["node"], moved["new_node"]) == ("local-worker_1-0", "local-worker_1-1")
+    assert [a["retry_id"] for a in run.attempts("worker_1")] == [0, 1]
+    assert "on local-worker_1-1" in run.log("worker_1", pod=1, attempt=2)
+
+
+# ------------------------------------------------------------ the straggler stop for real
+def _scores(log: str) -> list[tuple[int, float, float, str]]:
+    return [(int(s), float(a), float(b), f) for s, a, b, f in SCORES.findall(log)]
+
+
+@pytest.mark.e2e
+@pytest.mark.torch
+@pytest.mark.slow
+def test_slowed_task_is_flagged_stopped_and_rescheduled_off_its_node(tmp_path: Path) -> None:
+    pytest.importorskip("nvidia_resiliency_ext.straggler")
+    pytest.importorskip("nvidia.cuda_cupti")
+    values = ["--set", f"steps={STEPS}", "--set", "checkpoint_every=10",
+              "--set", "checkpoint_cadence=1s",
+              "--set", f"master_port={free_port()}",
+              "--set-string", f"upload_location=file://{tmp_path / 'ck'}"]
+    run: LocalRun = run_local(TEMPLATE, *values, "--chaos", "slow:worker_1=8@1ckpt",
+                              workdir=tmp_path / "work", timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.report["status"] == "COMPLETED"
+    (fault,) = run.report["faults"]
+    assert fault["spec"] == "slow:worker_1=8@1ckpt" and fault["decision"] == "RESCHEDULE"
+
+    # NVRx flagged rank 1 (worker_1's node), not rank 0, in the slowed attempt
+    slowed_log = run.log("master", pod=0, attempt=1)
+    (flagged,) = WARNING.findall(slowed_log)
+    assert flagged == "StragglerId(rank=1, node='local-worker_1-0')"
+    last_two = _scores(slowed_log)[-CONSECUTIVE:]  # under the threshold twice in a row
+    assert all(f == "[1]" and a == 1.0 and b < THRESHOLD for _s, a, b, f in last_two), last_two
+    stop_step = last_two[-1][0]
+    assert stop_step < STEPS  # it stopped before the end: saved, exit 0, not finished
+
+    # the wrapper whose exit the executor saw first decided: reschedule without worker_1's
+    # node, no failure budget spent; the other task's wrapper decided the same, unless
+    # the executor stopped it first (both ranks stop at once: which task ends first varies)
+    firsts = {task: run.attempts(task)[0] for task in ("master", "worker_1")}
+    (trigger,) = [t for t, a in firsts.items() if a["action"] == "RESCHEDULE"]
+    for task, attempt in firsts.items():
+        wrapper = attempt["wrapper"] or {}
+        if task != trigger and wrapper.get("rule") != "nvrx-straggler-stop":
+            assert attempt["stopped_by_executor"], attempt
+            continue
+        assert (wrapper["rule"], wrapper["decision"]) == ("nvrx-straggler-stop", "reschedule")
+        assert wrapper["exclude_nodes"] == ["local-worker_1-0"]
+    record = (run.workdir / "tasks" / trigger / "pod-0" / "outcome-1.json").read_text()
+    assert '"counts_as_failure": false' in record and '"reschedules_left": 2' in record
+
+    # worker_1 went to another emulated node, never back to the excluded one
+    later = run.attempts("worker_1")[1:]
+    assert later and all(a["retry_id"] >= 1 for a in later)
+    assert all(a["wrapper"]["node"] != "local-worker_1-0" for a in later)
+
+    # the checkpoint saved at the stop came back, and the run ended at the same final
+    # step with the same weights as an uninterrupted one
+    assert run.events("training_resumed", "master")[-1]["step"] == stop_step
+    staged = [e for e in run.events("inputs_staged", "worker_1") if e["retry_id"] >= 1]
+    assert staged and staged[0]["step"] == stop_step
+    example = load_example()
+    import torch
+
+    weight = torch.randn(64, 64, generator=torch.Generator().manual_seed(1234)) / 8
+    for step in range(1, STEPS + 1):
+        weight = example.update(weight, step)
+    assert run.report["final_checksum"] == example.checksum(weight)
+
+    # the control: the unslowed attempt's reports flag nobody twice in a row
+    final = run.attempts("master")[-1]
+    control_log = run.log("master", pod=final["retry_id"], attempt=final["attempt"])
+    control = _scores(control_log)
+    assert control and not WARNING.search(control_log)
+    assert not any(f != "[]" and g != "[]" for (*_, f), (*_, g) in zip(control, control[1:]))
