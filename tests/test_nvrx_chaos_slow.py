@@ -38,8 +38,11 @@ def test_bad_slow_items_are_one_clear_error(item: str) -> None:
 
 
 # CPU-bound, like a training step: a duty cycle slows work, not a sleep (whose timer runs on)
-COUNTER = ("import sys\nn = 0\nwhile True:\n    n += 1\n    sum(range(20000))\n"
-           "    open(sys.argv[1], 'w').write(str(n))\n")
+# The count is replaced atomically: a reader must never see the file truncated (an empty
+# read would count as 0 and make either side of the ratio wrong)
+COUNTER = ("import os, sys\nn = 0\nwhile True:\n    n += 1\n    sum(range(20000))\n"
+           "    open(sys.argv[1] + '.tmp', 'w').write(str(n))\n"
+           "    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n")
 
 
 def start(tmp_path: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
