@@ -8,13 +8,14 @@ emulated nodes), the second one under a token and throttled by the local executo
 background load: ``--load N`` starts N ``yes > /dev/null`` processes (stopped by their
 pid at the end of each run).
 
-    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 4
-    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 0   # no slow: control
-    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 4 --load 2
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 8 --steps 80
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 0 --steps 200  # control
+    .venv/bin/python benchmarks/straggler_separation.py --runs 10 --factor 8 --steps 80 --load 2
 
 Prints, per run, every report's scores of rank 0 (never slowed) and rank 1, then the
-minimum score of each rank over all runs and the maximum of the slowed rank's: the
-margin a threshold has on either side.
+minimum score of each rank over all runs, the maximum of rank 1's (the margin a
+threshold has on either side), and in how many runs a rank was under the threshold in
+two reports in a row (the template's stop rule).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, floa
     port = free_port()
     bin_dir = Path(sys.executable).parent
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
-    train = [os.environ.get("STRAGGLER_SCRIPT", str(REPO / "examples" / "straggler_train.py")), "--cpu-stubs", "--report-only",
+    train = [str(REPO / "examples" / "straggler_train.py"), "--cpu-stubs", "--report-only",
              "--steps", str(args.steps), "--work", str(args.work),
              "--report-interval", str(args.interval), "--threshold", str(args.threshold)]
     procs, loads = [], []
@@ -67,12 +68,12 @@ def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, floa
         procs.append((subprocess.Popen(
             ["sh", "-c", '"$@"; exit $?', "sh", *argv], env={**env, proctree.TOKEN_ENV: token},
             stdout=subprocess.PIPE if node == 0 else subprocess.DEVNULL,
-            stderr=open(f"/tmp/strag/exp/err-{node}.txt", "w") if os.environ.get("STRAGGLER_SCRIPT") else subprocess.DEVNULL, text=True, start_new_session=True), token))
+            stderr=subprocess.DEVNULL, text=True, start_new_session=True), token))
     thread = None
     lines: list[str] = []
-    for _ in range(args.load):
-        loads.append(subprocess.Popen(["sh", "-c", "exec yes > /dev/null"]))
     try:
+        for _ in range(args.load):
+            loads.append(subprocess.Popen(["sh", "-c", "exec yes > /dev/null"]))
         stdout = procs[0][0].stdout
         assert stdout is not None
         for line in stdout:  # slowed from the first step on, as `slow:TASK=F@1ckpt` does
@@ -103,25 +104,26 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=4.0, help="0: no slow (the control)")
     parser.add_argument("--load", type=int, default=0, help="background `yes` processes")
     parser.add_argument("--steps", type=int, default=80)
-    parser.add_argument("--work", type=int, default=600)
+    parser.add_argument("--work", type=int, default=300)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--threshold", type=float, default=0.4)
     args = parser.parse_args()
     fast: list[float] = []
     slow: list[float] = []
-    first_slow: list[float] = []
+    persistent_runs = 0  # runs where a rank was under the threshold 2 reports in a row
     for index in range(args.runs):
         reports = one_run(args, index)
         fast += [r0 for _s, r0, _r1 in reports]
         slow += [r1 for _s, _r0, r1 in reports]
-        if reports:
-            first_slow.append(reports[0][2])
+        under = [min(r0, r1) < args.threshold for _s, r0, r1 in reports]
+        persistent_runs += any(a and b for a, b in zip(under, under[1:]))
         text = "  ".join(f"@{s}: {r0:.2f}/{r1:.2f}" for s, r0, r1 in reports)
         print(f"run {index + 1}: rank0/rank1 {text}", flush=True)
-    print(f"factor {args.factor:g} load {args.load}: {len(fast)} reports; rank 0 min "
-          f"{min(fast, default=float('nan')):.3f}; rank 1 min {min(slow, default=float('nan')):.3f}"
-          f" max {max(slow, default=float('nan')):.3f}; first report rank 1 max "
-          f"{max(first_slow, default=float('nan')):.3f}")
+    nan = float("nan")
+    print(f"factor {args.factor:g} load {args.load} (loadavg {os.getloadavg()[0]:.1f}): "
+          f"{len(fast)} reports; rank 0 min {min(fast, default=nan):.3f}; rank 1 min "
+          f"{min(slow, default=nan):.3f} max {max(slow, default=nan):.3f}; under "
+          f"{args.threshold:g} in 2 reports in a row: {persistent_runs}/{args.runs} runs")
     return 0
 
 
