@@ -39,6 +39,17 @@ def test_the_template_ships_the_example_unchanged() -> None:
         "templates/straggler_train.py differs from examples/straggler_train.py: copy it over")
 
 
+def test_a_rank_is_a_straggler_only_when_flagged_in_consecutive_reports() -> None:
+    example = load_example()
+    nodes = {"0": "n0", "1": "n1"}
+    streaks: dict[int, int] = {}
+    sequence = [[1], [], [0], [1], [1], [1]]  # one slow interval of rank 0 is noise
+    found = [example.persistent({"rank_to_node": nodes, "stragglers": flagged}, streaks, 2)
+             ["stragglers"] for flagged in sequence]
+    assert found == [[], [], [], [], [1], [1]]
+    assert example.persistent({"rank_to_node": nodes, "stragglers": [0]}, {}, 1)["stragglers"] == [0]
+
+
 # ------------------------------------------------------------------ the throttle's pause
 def test_cpu_share_from_the_run_queue() -> None:
     assert cpu_share(2, "0.50 0.40 0.30 2/300 4242\n") == 1.0  # the reader + one peer
