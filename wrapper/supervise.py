@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wrapper.exitwatch import open_pidfd, wait_readable
 from wrapper.hang import HangDetector, HangSettings
 from wrapper.linesink import LineSink, SkipLines
 from wrapper.procgroup import (
@@ -27,8 +28,8 @@ from wrapper.procgroup import (
     forget_group,
     group_members,
     kill_group,
-    reap_group_zombies,
     stop_group,
+    wait_group_gone,
 )
 
 # SIGHUP too: a closed terminal must not leave the command running without its wrapper.
@@ -111,6 +112,10 @@ class SupervisedRun:
     leftover_processes_killed: int  # group members still alive after the child exited
     unscanned_lines: int = 0  # forwarded and counted, but not scanned (output bursts)
     unscanned_bytes: int = 0
+    # Where the time between the child's exit and the next attempt goes: when the exit
+    # was seen (time.time()) and how long the sweep of the rest of the task took.
+    exit_seen_at: float | None = None
+    sweep_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class SuperviseOptions:
 
 
 _CENSUS_INTERVAL_S = 0.5  # how often the watch loop records the task's process tree
+_SIGKILL_WAIT_S = 5.0  # SIGKILLed members are gone in milliseconds unless stuck in the kernel
 
 FeedText = Callable[[str, str], object]  # (whole lines joined by "\n", stream name)
 OnHang = Callable[[float, float], None]  # (silent_for_s, timeout_s)
@@ -161,6 +167,7 @@ class Supervisor:
         self._skip_text: SkipLines | None = getattr(feed_text, "skip_lines", None)
         self.hang_detector: HangDetector | None = None
         self._sweep_grace_s = options.grace_s
+        self._exit_seen_at: float | None = None
 
     def run(self) -> SupervisedRun:
         become_subreaper()
@@ -172,14 +179,21 @@ class Supervisor:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
             return self._launch_failed(error, started_wall)
+        # Taken before anything can reap the child, so it names this very process.
+        child_fd = open_pidfd(proc.pid)
         self.relay.attach(proc.pid)
         sinks = self._start_pumps(proc)
         try:
-            hung, stop_signal = self._watch(proc, started, sinks)
+            hung, stop_signal = self._watch(proc, started, sinks, child_fd)
         finally:
             # Reached on every path, an exception in the watch loop included.
             self.relay.detach()
+            self._exit_seen_at = time.time()
+            if child_fd is not None:
+                os.close(child_fd)
+            sweep_started = time.monotonic()
             leftovers = self._sweep_group(proc)
+            sweep_s = time.monotonic() - sweep_started
             for sink in sinks:
                 sink.join(timeout=5.0)
         ended_wall = time.time()
@@ -193,6 +207,7 @@ class Supervisor:
             leftover_processes_killed=leftovers,
             unscanned_lines=sinks[0].unscanned_lines + sinks[1].unscanned_lines,
             unscanned_bytes=sinks[0].unscanned_bytes + sinks[1].unscanned_bytes,
+            exit_seen_at=self._exit_seen_at, sweep_s=round(sweep_s, 4),
         )
 
     def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
@@ -233,9 +248,13 @@ class Supervisor:
             self._feed_text(text, stream)
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink]
+        self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink],
+        child_fd: int | None = None,
     ) -> tuple[bool, str | None]:
-        """Wait for the child; stop the group on a hang or a stop signal. Returns (hung, signal)."""
+        """Wait for the child; stop the group on a hang or a stop signal. Returns (hung, signal).
+
+        ``poll_s`` paces the hang and heartbeat checks only: the child's exit wakes the
+        loop at once through its pidfd (``child_fd``; without one, Popen.wait polls)."""
         options = self.options
         detector = HangDetector(options.hang, started_at=started)
         self.hang_detector = detector
@@ -273,6 +292,9 @@ class Supervisor:
             if kill_deadline is not None:
                 # A stopping group keeps only what is left of its grace for the sweep.
                 self._sweep_grace_s = max(0.0, kill_deadline - now)
+            if child_fd is not None:
+                wait_readable((child_fd,), options.poll_s)
+                continue
             try:
                 proc.wait(timeout=options.poll_s)
             except subprocess.TimeoutExpired:
@@ -281,7 +303,12 @@ class Supervisor:
         return hung, stop_signal or self.relay.requested
 
     def _sweep_group(self, proc: subprocess.Popen[bytes]) -> int:
-        """Kill and reap whatever is left of the group; return how many were left."""
+        """Kill and reap whatever is left of the group; return how many were left.
+
+        Members get SIGTERM (and SIGCONT) and what is left of the grace, then SIGKILL;
+        each wait ends the moment the last member is reaped (exits wake it, see
+        ``wait_group_gone``), so the next attempt never waits on a timer here.
+        """
         if proc.poll() is None:  # an exception interrupted the watch: the child still runs
             kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -291,16 +318,12 @@ class Supervisor:
             forget_group(pgid)
             return 0
         stop_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self._sweep_grace_s
-        while group_members(pgid) and time.monotonic() < deadline:
-            reap_group_zombies(pgid)
-            time.sleep(0.02)
-        for _ in range(500):  # SIGKILL cannot be ignored: this ends within a few polls
-            if not group_members(pgid):
-                break
-            kill_group(pgid, signal.SIGKILL)
-            reap_group_zombies(pgid)
-            time.sleep(0.01)
+        if not wait_group_gone(pgid, self._sweep_grace_s):
+            # SIGKILL cannot be ignored; re-sent each round for children forked by a
+            # member as it died. Bounded anyway: an unkillable (D state) process must
+            # not keep the wrapper from reporting.
+            wait_group_gone(pgid, _SIGKILL_WAIT_S,
+                            each_round=lambda: kill_group(pgid, signal.SIGKILL))
         forget_group(pgid)
         return len(leftovers)
 
