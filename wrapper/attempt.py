@@ -170,6 +170,9 @@ class AttemptRunner:
             "attempt": attempt, "kind": "exit", "exit_code": run.exit_code,
             "signal": run.signal, "stop_signal": run.stop_signal,
             "launch_error": run.launch_error, "ended_at": run.ended_at,
+            # where detection time goes: the exit seen, then the rest of the task reaped
+            "exit_seen_at": run.exit_seen_at, "sweep_s": run.sweep_s,
+            "leftovers": run.leftover_processes_killed,
         })
         if run.launch_error:
             say(f"error: {run.launch_error} (check the command after --, its PATH and "
