@@ -138,3 +138,58 @@ def test_a_pid_whose_start_time_differs_is_not_watched() -> None:
         assert watch.track([(me, mine + 1)]) == 0
         assert watch.track([(me, mine)]) == 1
         assert watch.track([]) == 0  # no longer listed: its fd is closed
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_the_supervisor_sweep_keeps_the_grace_and_wakes_on_the_leftovers_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pidfd: bool,
+) -> None:
+    """A leftover that saves for a while on SIGTERM gets to finish (grace kept), and the
+    sweep notices its exit without polling: few censuses, however long the save."""
+    from tests.supervise_fixtures import child_env
+    from wrapper import procgroup
+    from wrapper.hang import HangSettings
+    from wrapper.supervise import SignalRelay, SuperviseOptions, Supervisor
+
+    saver = (
+        "import signal, sys, time\n"
+        "def save(signum, frame):\n"
+        f"    time.sleep({_LINGER_S}); open({str(tmp_path / 'saved')!r}, 'w').write('ok')\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, save)\n"
+        f"open({str(tmp_path / 'saver.pid')!r}, 'w').write(str(__import__('os').getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    (tmp_path / "saver.py").write_text(saver)
+    program = (f"{PYTHON} {tmp_path / 'saver.py'} &\n"
+               f"while [ ! -s {tmp_path}/saver.pid ]; do sleep 0.01; done\nexit 0\n")
+    censuses: list[int] = []
+    real = procgroup.group_members
+
+    def counting(pgid: int) -> list[tuple[int, str, int]]:
+        censuses.append(pgid)
+        return real(pgid)
+
+    monkeypatch.setattr(procgroup, "group_members", counting)
+    monkeypatch.setattr(exitwatch, "_NO_PIDFD", not pidfd)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        run = Supervisor(
+            ["bash", "-c", program], env=child_env(), feed_text=lambda text, stream: None,
+            relay=SignalRelay(),
+            options=SuperviseOptions(grace_s=60.0, poll_s=0.02, hang=HangSettings(),
+                                     stdout_fd=devnull, stderr_fd=devnull),
+        ).run()
+    finally:
+        os.close(devnull)
+    saver_pid = int((tmp_path / "saver.pid").read_text())
+    assert run.exit_code == 0 and run.leftover_processes_killed == 1
+    assert (tmp_path / "saved").read_text() == "ok"  # SIGTERM, then its grace: it saved
+    assert not pid_alive(saver_pid)
+    assert run.exit_seen_at is not None and run.sweep_s is not None
+    # stop_group's two signals take a census each; the wait takes one per wake. Polling
+    # (the fallback without pidfd, 10 ms ticks) takes one per tick over the save.
+    if pidfd:
+        assert len(censuses) <= 8, f"{len(censuses)} censuses during the sweep"
+    else:
+        assert len(censuses) > 8, f"only {len(censuses)} censuses: did the fallback poll?"
