@@ -53,7 +53,7 @@ class _Pids:
 
 
 def one_round(script: Path, *, pidfd: bool) -> float:
-    exitwatch._NO_PIDFD = not pidfd  # noqa: SLF001 - the A/B switch of this benchmark
+    exitwatch._NO_PIDFD = not pidfd  # the A/B switch of this benchmark
     feed = _Pids()
     devnull = os.open(os.devnull, os.O_WRONLY)
     supervisor = Supervisor(
@@ -75,14 +75,14 @@ def one_round(script: Path, *, pidfd: bool) -> float:
                 pass
 
     supervisor_pgid: list[int] = []
-    original = supervisor._start_pumps  # noqa: SLF001
+    original = supervisor._start_pumps
 
     def remember(proc):  # type: ignore[no-untyped-def]
         supervisor_pgid.append(proc.pid)
         threading.Thread(target=kill_when_ready, daemon=True).start()
         return original(proc)
 
-    supervisor._start_pumps = remember  # type: ignore[method-assign] # noqa: SLF001
+    supervisor._start_pumps = remember  # type: ignore[method-assign]
     try:
         supervisor.run()
     finally:
@@ -105,7 +105,7 @@ def main() -> int:
         for index in range(2 * ns.rounds):
             pidfd = index % 2 == 0
             times[pidfd].append(one_round(script, pidfd=pidfd))
-    exitwatch._NO_PIDFD = False  # noqa: SLF001
+    exitwatch._NO_PIDFD = False
     event, poll = (statistics.median(times[v]) for v in (True, False))
     print(f"kill -> supervisor returned, median of {ns.rounds} rounds each "
           f"(load {os.getloadavg()[0]:.1f}):")

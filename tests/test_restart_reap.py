@@ -112,8 +112,8 @@ def _kill_all(pgid: int) -> None:
 def test_a_pidfd_wakes_on_the_exit_of_a_process_that_is_not_our_child() -> None:
     """A rank re-parented to its launcher's parent is still watched by its pidfd."""
     outer = subprocess.Popen(
-        [PYTHON, "-c", "import subprocess, sys; p = subprocess.Popen(['sleep', '600']);"
-         "print(p.pid, flush=True); sys.stdin.read(); p.kill(); p.wait()"],
+        [PYTHON, "-c", ("import subprocess, sys; p = subprocess.Popen(['sleep', '600']);"
+                        "print(p.pid, flush=True); sys.stdin.read(); p.kill(); p.wait()")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert outer.stdout is not None and outer.stdin is not None
     grandchild = int(outer.stdout.readline())
