@@ -3,7 +3,10 @@
 Measured in one run, each against a baseline taken in the same run:
 
 1. output throughput through `resched wrap` vs the same command run directly (both
-   read through a pipe by this script), for a producer of log-like lines (goal >= 0.9);
+   read through a pipe by this script), for `yes`, 1 MiB writes, one print() per line,
+   100 MB without a newline and 1-byte writes (goal >= 0.9), with the wrapper's peak RSS
+   (goal <= 60 MB); `--fallback` adds the read/write path (RESCHED_NO_SPLICE=1, what
+   ran before zero-copy forwarding) to the same run, as the before/after comparison;
 2. per-step overhead of `wrapper.heartbeat()` in a small torch training loop
    (goal < 1 %);
 3. hang detection latency minus the timeout: detection time (the wrapper's
@@ -11,6 +14,7 @@ Measured in one run, each against a baseline taken in the same run:
    of the last output line) - timeout (goal < 0.5 s).
 
 Usage: .venv/bin/python benchmarks/wrapper_bench.py [--mb 200] [--steps 3000]
+       .venv/bin/python benchmarks/wrapper_bench.py --only throughput --mb 1024 --fallback
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ if sys.argv[2] == "blocks":  # worst case: 1 MiB writes, as fast as memory allow
         out.write(block)
         sent += len(block)
     out.flush()
+elif sys.argv[2] == "bytes":  # worst case for per-write costs: one byte per write
+    import os
+    for _ in range(total):
+        os.write(1, b"x")
 else:  # a training log: one print() per line
     for _ in range(total // (len(line) + 1)):
         print(line)
@@ -77,14 +85,14 @@ def wrap_argv(state: Path, *options: str) -> list[str]:
     return [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(state), *options, "--"]
 
 
-def drain(argv: list[str]) -> tuple[int, float, float, int]:
+def drain(argv: list[str], **extra_env: str) -> tuple[int, float, float, int]:
     """Run ``argv``, read its stdout to EOF.
 
     Returns (bytes, first byte -> EOF s, start -> exit s, peak RSS KiB of ``argv``'s
     process and its waited-for descendants, from wait4)."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=child_env(), cwd=REPO)
+                            env=child_env(**extra_env), cwd=REPO)
     assert proc.stdout is not None
     fd, received, first = proc.stdout.fileno(), 0, None
     enlarge_pipe(fd)  # the same 1 MiB pipe the wrapper gives its command: a fair baseline
@@ -101,19 +109,30 @@ def drain(argv: list[str]) -> tuple[int, float, float, int]:
     return received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss
 
 
-def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, float]:
+def bench_throughput(megabytes: int, repeats: int, style: str,
+                     fallback: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         producer = Path(tmp) / "producer.py"
         producer.write_text(PRODUCER)
         direct_cmd = [PYTHON, str(producer), str(megabytes), style]
         if style == "yes":  # the real `yes`: 2-byte lines as fast as the pipe takes them
             direct_cmd = ["sh", "-c", f"yes | head -c {megabytes * 1024 * 1024}"]
-        direct, wrapped = [], []
-        for attempt in range(repeats):
+        elif style == "no-newline":  # one line as long as the whole output
+            direct_cmd = ["head", "-c", str(megabytes * 1024 * 1024), "/dev/zero"]
+        direct, wrapped, old = [], [], []
+        for attempt in range(repeats):  # interleaved, so a drift in load hits all alike
             direct.append(drain(direct_cmd))
             wrapped.append(drain([*wrap_argv(Path(tmp) / f"s{attempt}"), *direct_cmd]))
+            if fallback:
+                old.append(drain([*wrap_argv(Path(tmp) / f"f{attempt}"), *direct_cmd],
+                                 RESCHED_NO_SPLICE="1"))
     size = direct[0][0]
-    assert all(run[0] == size for run in direct + wrapped), "byte counts differ"
+    assert all(run[0] == size for run in direct + wrapped + old), "byte counts differ"
+    extra = {} if not old else {
+        "fallback_MBps": size / 1e6 / min(run[1] for run in old),
+        "fallback_ratio": min(run[1] for run in direct) / min(run[1] for run in old),
+        "fallback_peak_rss_MB": max(run[3] for run in old) / 1024,
+    }
     best_direct_stream = min(run[1] for run in direct)
     best_wrapped_stream = min(run[1] for run in wrapped)
     best_direct_total = min(run[2] for run in direct)
@@ -128,6 +147,7 @@ def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, floa
         "wrapped_total_s": best_wrapped_total,
         "total_ratio": best_direct_total / best_wrapped_total,
         "wrapped_peak_rss_MB": max(run[3] for run in wrapped) / 1024,
+        **extra,
     }
 
 
@@ -222,6 +242,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--only", choices=("throughput", "heartbeat", "hang"), default=None)
+    parser.add_argument("--shapes", default="yes,blocks,print",
+                        help="comma-separated: yes, blocks, print, no-newline, bytes")
+    parser.add_argument("--fallback", action="store_true",
+                        help="also time the read/write path (RESCHED_NO_SPLICE=1)")
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         report_throughput(args)
@@ -231,10 +255,18 @@ def main() -> None:
         report_hang()
 
 
+SHAPES = {"yes": "`yes` (2-byte lines)", "blocks": "1 MiB writes",
+          "print": "one print() per log line", "no-newline": "one line without a newline",
+          "bytes": "1-byte writes"}
+# One syscall per byte: 1 GiB of it would take many minutes, and says nothing more.
+_BYTES_SHAPE_MAX_MB = 4
+
+
 def report_throughput(args: argparse.Namespace) -> None:
-    for style, label in (("yes", "`yes` (2-byte lines)"), ("blocks", "1 MiB writes"),
-                         ("print", "one print() per log line")):
-        result = bench_throughput(args.mb, args.repeats, style)
+    for style in args.shapes.split(","):
+        label = SHAPES[style]
+        megabytes = min(args.mb, _BYTES_SHAPE_MAX_MB) if style == "bytes" else args.mb
+        result = bench_throughput(megabytes, args.repeats, style, args.fallback)
         print(f"throughput, {result['bytes'] / 1e6:.0f} MB written as {label} "
               f"(best of {args.repeats}):")
         print(f"  direct {result['direct_MBps']:.0f} MB/s, through resched wrap "
@@ -243,6 +275,10 @@ def report_throughput(args: argparse.Namespace) -> None:
         print(f"  end to end incl. wrapper start: {result['direct_total_s']:.2f} s vs "
               f"{result['wrapped_total_s']:.2f} s -> ratio {result['total_ratio']:.2f}")
         print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB)")
+        if "fallback_ratio" in result:
+            print(f"  read/write path (RESCHED_NO_SPLICE=1): {result['fallback_MBps']:.0f} MB/s "
+                  f"-> ratio {result['fallback_ratio']:.2f}, peak RSS "
+                  f"{result['fallback_peak_rss_MB']:.0f} MB")
 
 
 def report_heartbeat(args: argparse.Namespace) -> None:
