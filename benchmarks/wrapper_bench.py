@@ -85,11 +85,12 @@ def wrap_argv(state: Path, *options: str) -> list[str]:
     return [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(state), *options, "--"]
 
 
-def drain(argv: list[str], **extra_env: str) -> tuple[int, float, float, int]:
+def drain(argv: list[str], **extra_env: str) -> tuple[int, float, float, int, float]:
     """Run ``argv``, read its stdout to EOF.
 
     Returns (bytes, first byte -> EOF s, start -> exit s, peak RSS KiB of ``argv``'s
-    process and its waited-for descendants, from wait4)."""
+    process and its waited-for descendants, from wait4, CPU s of ``argv``'s process
+    alone: all its threads, none of its children)."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=child_env(**extra_env), cwd=REPO)
@@ -104,9 +105,27 @@ def drain(argv: list[str], **extra_env: str) -> tuple[int, float, float, int]:
             first = time.perf_counter()
         received += len(chunk)
     eof = time.perf_counter()
+    own_cpu = _own_cpu_s(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss
+    return (received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss,
+            own_cpu)
+
+
+def _own_cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` itself, read from /proc while it is a zombie (Linux)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrapper_startup_cpu_s(repeats: int) -> float:
+    """The wrapper's own CPU for a command with no output: start-up and exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return min(drain([*wrap_argv(Path(tmp) / f"t{i}"), "true"])[4] for i in range(repeats))
 
 
 def bench_throughput(megabytes: int, repeats: int, style: str,
@@ -132,6 +151,7 @@ def bench_throughput(megabytes: int, repeats: int, style: str,
         "fallback_MBps": size / 1e6 / min(run[1] for run in old),
         "fallback_ratio": min(run[1] for run in direct) / min(run[1] for run in old),
         "fallback_peak_rss_MB": max(run[3] for run in old) / 1024,
+        "fallback_cpu_s": min(run[4] for run in old),
     }
     best_direct_stream = min(run[1] for run in direct)
     best_wrapped_stream = min(run[1] for run in wrapped)
@@ -147,6 +167,7 @@ def bench_throughput(megabytes: int, repeats: int, style: str,
         "wrapped_total_s": best_wrapped_total,
         "total_ratio": best_direct_total / best_wrapped_total,
         "wrapped_peak_rss_MB": max(run[3] for run in wrapped) / 1024,
+        "wrapped_cpu_s": min(run[4] for run in wrapped),
         **extra,
     }
 
@@ -263,6 +284,9 @@ _BYTES_SHAPE_MAX_MB = 4
 
 
 def report_throughput(args: argparse.Namespace) -> None:
+    startup_cpu = wrapper_startup_cpu_s(args.repeats)
+    print(f"wrapper start-up + exit CPU (wrap -- true): {startup_cpu:.2f} s, "
+          "subtracted below")
     for style in args.shapes.split(","):
         label = SHAPES[style]
         megabytes = min(args.mb, _BYTES_SHAPE_MAX_MB) if style == "bytes" else args.mb
@@ -274,11 +298,14 @@ def report_throughput(args: argparse.Namespace) -> None:
               "(goal >= 0.9; first byte to EOF)")
         print(f"  end to end incl. wrapper start: {result['direct_total_s']:.2f} s vs "
               f"{result['wrapped_total_s']:.2f} s -> ratio {result['total_ratio']:.2f}")
-        print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB)")
+        gib = result["bytes"] / 2**30
+        print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB), "
+              f"wrapper CPU {(result['wrapped_cpu_s'] - startup_cpu) / gib:.2f} s per GiB")
         if "fallback_ratio" in result:
             print(f"  read/write path (RESCHED_NO_SPLICE=1): {result['fallback_MBps']:.0f} MB/s "
                   f"-> ratio {result['fallback_ratio']:.2f}, peak RSS "
-                  f"{result['fallback_peak_rss_MB']:.0f} MB")
+                  f"{result['fallback_peak_rss_MB']:.0f} MB, wrapper CPU "
+                  f"{(result['fallback_cpu_s'] - startup_cpu) / gib:.2f} s per GiB")
 
 
 def report_heartbeat(args: argparse.Namespace) -> None:
