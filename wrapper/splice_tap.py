@@ -31,6 +31,9 @@ from wrapper.zerocopy import (
 )
 
 SIDE_PIPE_BYTES = 1024 * 1024
+# A mid-burst sample scans this much (the newest bytes); scanning the whole side pipe
+# every 64 MiB cost ~0.15 s of CPU per GiB with the real feed.
+SAMPLE_BYTES = 64 * 1024
 _COPY_BYTES = 64 * 1024
 # The target takes no spliced pages: write them instead (kernel-, fs- and device-specific).
 _NO_SPLICE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF})
@@ -114,6 +117,7 @@ class SpliceTap:
             since_sample += count
             if since_sample >= sample_every:
                 since_sample = 0
+                self._discard(self.side_held - SAMPLE_BYTES)
                 sample()
 
     def read_side(self) -> Iterator[bytes]:
