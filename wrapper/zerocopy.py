@@ -74,19 +74,27 @@ def zero_copy_available(environ: dict[str, str] | None = None) -> bool:
 
 
 def may_splice_into(fd: int) -> bool:
-    """Whether splicing into ``fd`` is worth trying (a failure still falls back).
+    """Whether splicing into ``fd`` is safe and worth trying (a failure still falls back).
 
-    Pipes, sockets and regular files take spliced pages; a terminal or other device
-    mostly does not (EINVAL), and a file opened with O_APPEND never does."""
+    Pipes and sockets (and /dev/null). Not regular files: splice(2) moves the file
+    position without the lock write(2) takes, so with ``> log 2>&1`` the stdout and
+    stderr pumps (or the wrapper's own notes) could write at the same offset and
+    overwrite each other. Not terminals and other devices (EINVAL), nor O_APPEND files
+    (EINVAL always)."""
     try:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     except OSError:
         return False
     if flags & os.O_APPEND:
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISREG(mode) or (
-        stat.S_ISCHR(mode) and os.path.samestat(os.fstat(fd), os.stat(os.devnull)))
+    mode = status.st_mode
+    if stat.S_ISCHR(mode):
+        try:
+            return os.path.samestat(status, os.stat(os.devnull))
+        except OSError:
+            return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def pipe_size(fd: int, size: int) -> int:
