@@ -205,6 +205,41 @@ def test_the_fallback_path_is_byte_exact_with_exact_line_numbers(
 
 @needs_splice
 @pytest.mark.e2e
+def test_a_burst_into_a_terminal_is_byte_exact(tmp_path: Path) -> None:
+    # A terminal takes no spliced pages: the tap writes instead, the side pipe still works.
+    import tty
+
+    primary, secondary = pty.openpty()
+    tty.setraw(secondary)  # no "\n" -> "\r\n": compare bytes as written
+    digest, received = hashlib.sha256(), [0]
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(primary, 1 << 16)
+            except OSError:  # EIO: the secondary side is closed
+                return
+            if not chunk:
+                return
+            digest.update(chunk)
+            received[0] += len(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    blocks = 20
+    try:
+        run, feed = _supervise(_producer(tmp_path, blocks), secondary)
+    finally:
+        os.close(secondary)
+    reader.join(timeout=60)
+    os.close(primary)
+    output = expected_output(blocks)
+    assert (received[0], digest.hexdigest()) == (len(output), hashlib.sha256(output).hexdigest())
+    _assert_position_is_honest(_oom_hit(feed), output)
+
+
+@needs_splice
+@pytest.mark.e2e
 def test_output_without_newlines_counts_as_progress_for_the_hang_detector(
         tmp_path: Path) -> None:
     # A progress bar: bytes every 0.1 s but no newline for 2.5 s; timeout 1 s.
