@@ -22,7 +22,7 @@ from pathlib import Path
 
 from wrapper.exitwatch import open_pidfd, wait_readable
 from wrapper.hang import HangDetector, HangSettings
-from wrapper.linesink import LineSink, SkipLines
+from wrapper.linesink import LineSink, MarkGap, SkipLines
 from wrapper.procgroup import (
     become_subreaper,
     forget_group,
@@ -110,7 +110,9 @@ class SupervisedRun:
     stdout_tail: tuple[str, ...]
     stderr_tail: tuple[str, ...]
     leftover_processes_killed: int  # group members still alive after the child exited
-    unscanned_lines: int = 0  # forwarded and counted, but not scanned (output bursts)
+    # Forwarded but not scanned (output bursts). None: bytes went by unseen (zero-copy
+    # forwarding), so their lines could not be counted; unscanned_bytes is always exact.
+    unscanned_lines: int | None = 0
     unscanned_bytes: int = 0
     # Where the time between the child's exit and the next attempt goes: when the exit
     # was seen (time.time()) and how long the sweep of the rest of the task took.
@@ -165,6 +167,8 @@ class Supervisor:
         self._feed_text = feed_text
         # A feed that can count skipped lines without scanning them keeps memory flat.
         self._skip_text: SkipLines | None = getattr(feed_text, "skip_lines", None)
+        # A feed that can be told where line numbers restart lets bursts go zero-copy.
+        self._gap_text: MarkGap | None = getattr(feed_text, "mark_gap", None)
         self.hang_detector: HangDetector | None = None
         self._sweep_grace_s = options.grace_s
         self._exit_seen_at: float | None = None
@@ -205,7 +209,8 @@ class Supervisor:
             wall_s=round(self.clock() - started, 3), hung=hung, stop_signal=stop_signal,
             launch_error=None, stdout_tail=sinks[0].tail(), stderr_tail=sinks[1].tail(),
             leftover_processes_killed=leftovers,
-            unscanned_lines=sinks[0].unscanned_lines + sinks[1].unscanned_lines,
+            unscanned_lines=_sum_or_none(sinks[0].unscanned_line_count,
+                                         sinks[1].unscanned_line_count),
             unscanned_bytes=sinks[0].unscanned_bytes + sinks[1].unscanned_bytes,
             exit_seen_at=self._exit_seen_at, sweep_s=round(sweep_s, 4),
         )
@@ -227,11 +232,12 @@ class Supervisor:
     def _start_pumps(self, proc: subprocess.Popen[bytes]) -> tuple[LineSink, LineSink]:
         assert proc.stdout is not None and proc.stderr is not None
         skip = self._skip if self._skip_text is not None else None
+        gap = self._gap if self._gap_text is not None else None
         sinks = (
             LineSink("stdout", proc.stdout.fileno(), self.options.stdout_fd,
-                     self._feed, self.options.tail_lines, skip),
+                     self._feed, self.options.tail_lines, skip, gap),
             LineSink("stderr", proc.stderr.fileno(), self.options.stderr_fd,
-                     self._feed, self.options.tail_lines, skip),
+                     self._feed, self.options.tail_lines, skip, gap),
         )
         for sink in sinks:
             sink.start()
@@ -241,6 +247,11 @@ class Supervisor:
         with self._feed_lock:
             assert self._skip_text is not None
             self._skip_text(count, stream)
+
+    def _gap(self, resume_at: int, stream: str) -> None:
+        with self._feed_lock:
+            assert self._gap_text is not None
+            self._gap_text(resume_at, stream)
 
     def _feed(self, text: str, stream: str) -> None:
         # Both pumps feed the one scanner; it counts lines per stream and orders hits.
@@ -274,7 +285,7 @@ class Supervisor:
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 detector.observe_heartbeat(now)
-            total_lines = sinks[0].lines_seen + sinks[1].lines_seen
+            total_lines = sinks[0].bytes_forwarded + sinks[1].bytes_forwarded  # bytes, not lines
             if total_lines != lines_seen:
                 lines_seen = total_lines
                 detector.observe_output(now)
@@ -326,6 +337,10 @@ class Supervisor:
                             each_round=lambda: kill_group(pgid, signal.SIGKILL))
         forget_group(pgid)
         return len(leftovers)
+
+
+def _sum_or_none(first: int | None, second: int | None) -> int | None:
+    return None if first is None or second is None else first + second
 
 
 def _mtime_ns(path: Path | None) -> int | None:
