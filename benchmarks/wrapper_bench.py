@@ -3,7 +3,10 @@
 Measured in one run, each against a baseline taken in the same run:
 
 1. output throughput through `resched wrap` vs the same command run directly (both
-   read through a pipe by this script), for a producer of log-like lines (goal >= 0.9);
+   read through a pipe by this script), for `yes`, 1 MiB writes, one print() per line,
+   100 MB without a newline and 1-byte writes (goal >= 0.9), with the wrapper's peak RSS
+   (goal <= 60 MB); `--fallback` adds the read/write path (RESCHED_NO_SPLICE=1, what
+   ran before zero-copy forwarding) to the same run, as the before/after comparison;
 2. per-step overhead of `wrapper.heartbeat()` in a small torch training loop
    (goal < 1 %);
 3. hang detection latency minus the timeout: detection time (the wrapper's
@@ -11,6 +14,7 @@ Measured in one run, each against a baseline taken in the same run:
    of the last output line) - timeout (goal < 0.5 s).
 
 Usage: .venv/bin/python benchmarks/wrapper_bench.py [--mb 200] [--steps 3000]
+       .venv/bin/python benchmarks/wrapper_bench.py --only throughput --mb 1024 --fallback
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ if sys.argv[2] == "blocks":  # worst case: 1 MiB writes, as fast as memory allow
         out.write(block)
         sent += len(block)
     out.flush()
+elif sys.argv[2] == "bytes":  # worst case for per-write costs: one byte per write
+    import os
+    for _ in range(total):
+        os.write(1, b"x")
 else:  # a training log: one print() per line
     for _ in range(total // (len(line) + 1)):
         print(line)
@@ -77,14 +85,15 @@ def wrap_argv(state: Path, *options: str) -> list[str]:
     return [PYTHON, "-m", "workflows.cli", "wrap", "--state-dir", str(state), *options, "--"]
 
 
-def drain(argv: list[str]) -> tuple[int, float, float, int]:
+def drain(argv: list[str], **extra_env: str) -> tuple[int, float, float, int, float]:
     """Run ``argv``, read its stdout to EOF.
 
     Returns (bytes, first byte -> EOF s, start -> exit s, peak RSS KiB of ``argv``'s
-    process and its waited-for descendants, from wait4)."""
+    process and its waited-for descendants, from wait4, CPU s of ``argv``'s process
+    alone: all its threads, none of its children)."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=child_env(), cwd=REPO)
+                            env=child_env(**extra_env), cwd=REPO)
     assert proc.stdout is not None
     fd, received, first = proc.stdout.fileno(), 0, None
     enlarge_pipe(fd)  # the same 1 MiB pipe the wrapper gives its command: a fair baseline
@@ -96,24 +105,54 @@ def drain(argv: list[str]) -> tuple[int, float, float, int]:
             first = time.perf_counter()
         received += len(chunk)
     eof = time.perf_counter()
+    own_cpu = _own_cpu_s(proc.pid)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss
+    return (received, eof - (first or eof), time.perf_counter() - started, usage.ru_maxrss,
+            own_cpu)
 
 
-def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, float]:
+def _own_cpu_s(pid: int) -> float:
+    """utime + stime of ``pid`` itself, read from /proc while it is a zombie (Linux)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrapper_startup_cpu_s(repeats: int) -> float:
+    """The wrapper's own CPU for a command with no output: start-up and exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return min(drain([*wrap_argv(Path(tmp) / f"t{i}"), "true"])[4] for i in range(repeats))
+
+
+def bench_throughput(megabytes: int, repeats: int, style: str,
+                     fallback: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         producer = Path(tmp) / "producer.py"
         producer.write_text(PRODUCER)
         direct_cmd = [PYTHON, str(producer), str(megabytes), style]
         if style == "yes":  # the real `yes`: 2-byte lines as fast as the pipe takes them
             direct_cmd = ["sh", "-c", f"yes | head -c {megabytes * 1024 * 1024}"]
-        direct, wrapped = [], []
-        for attempt in range(repeats):
+        elif style == "no-newline":  # one line as long as the whole output
+            direct_cmd = ["head", "-c", str(megabytes * 1024 * 1024), "/dev/zero"]
+        direct, wrapped, old = [], [], []
+        for attempt in range(repeats):  # interleaved, so a drift in load hits all alike
             direct.append(drain(direct_cmd))
             wrapped.append(drain([*wrap_argv(Path(tmp) / f"s{attempt}"), *direct_cmd]))
+            if fallback:
+                old.append(drain([*wrap_argv(Path(tmp) / f"f{attempt}"), *direct_cmd],
+                                 RESCHED_NO_SPLICE="1"))
     size = direct[0][0]
-    assert all(run[0] == size for run in direct + wrapped), "byte counts differ"
+    assert all(run[0] == size for run in direct + wrapped + old), "byte counts differ"
+    extra = {} if not old else {
+        "fallback_MBps": size / 1e6 / min(run[1] for run in old),
+        "fallback_ratio": min(run[1] for run in direct) / min(run[1] for run in old),
+        "fallback_peak_rss_MB": max(run[3] for run in old) / 1024,
+        "fallback_cpu_s": min(run[4] for run in old),
+    }
     best_direct_stream = min(run[1] for run in direct)
     best_wrapped_stream = min(run[1] for run in wrapped)
     best_direct_total = min(run[2] for run in direct)
@@ -128,6 +167,8 @@ def bench_throughput(megabytes: int, repeats: int, style: str) -> dict[str, floa
         "wrapped_total_s": best_wrapped_total,
         "total_ratio": best_direct_total / best_wrapped_total,
         "wrapped_peak_rss_MB": max(run[3] for run in wrapped) / 1024,
+        "wrapped_cpu_s": min(run[4] for run in wrapped),
+        **extra,
     }
 
 
@@ -222,6 +263,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--only", choices=("throughput", "heartbeat", "hang"), default=None)
+    parser.add_argument("--shapes", default="yes,blocks,print",
+                        help="comma-separated: yes, blocks, print, no-newline, bytes")
+    parser.add_argument("--fallback", action="store_true",
+                        help="also time the read/write path (RESCHED_NO_SPLICE=1)")
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         report_throughput(args)
@@ -231,10 +276,21 @@ def main() -> None:
         report_hang()
 
 
+SHAPES = {"yes": "`yes` (2-byte lines)", "blocks": "1 MiB writes",
+          "print": "one print() per log line", "no-newline": "one line without a newline",
+          "bytes": "1-byte writes"}
+# One syscall per byte: 1 GiB of it would take many minutes, and says nothing more.
+_BYTES_SHAPE_MAX_MB = 4
+
+
 def report_throughput(args: argparse.Namespace) -> None:
-    for style, label in (("yes", "`yes` (2-byte lines)"), ("blocks", "1 MiB writes"),
-                         ("print", "one print() per log line")):
-        result = bench_throughput(args.mb, args.repeats, style)
+    startup_cpu = wrapper_startup_cpu_s(args.repeats)
+    print(f"wrapper start-up + exit CPU (wrap -- true): {startup_cpu:.2f} s, "
+          "subtracted below")
+    for style in args.shapes.split(","):
+        label = SHAPES[style]
+        megabytes = min(args.mb, _BYTES_SHAPE_MAX_MB) if style == "bytes" else args.mb
+        result = bench_throughput(megabytes, args.repeats, style, args.fallback)
         print(f"throughput, {result['bytes'] / 1e6:.0f} MB written as {label} "
               f"(best of {args.repeats}):")
         print(f"  direct {result['direct_MBps']:.0f} MB/s, through resched wrap "
@@ -242,7 +298,14 @@ def report_throughput(args: argparse.Namespace) -> None:
               "(goal >= 0.9; first byte to EOF)")
         print(f"  end to end incl. wrapper start: {result['direct_total_s']:.2f} s vs "
               f"{result['wrapped_total_s']:.2f} s -> ratio {result['total_ratio']:.2f}")
-        print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB)")
+        gib = result["bytes"] / 2**30
+        print(f"  wrapper peak RSS {result['wrapped_peak_rss_MB']:.0f} MB (goal <= 60 MB), "
+              f"wrapper CPU {(result['wrapped_cpu_s'] - startup_cpu) / gib:.2f} s per GiB")
+        if "fallback_ratio" in result:
+            print(f"  read/write path (RESCHED_NO_SPLICE=1): {result['fallback_MBps']:.0f} MB/s "
+                  f"-> ratio {result['fallback_ratio']:.2f}, peak RSS "
+                  f"{result['fallback_peak_rss_MB']:.0f} MB, wrapper CPU "
+                  f"{(result['fallback_cpu_s'] - startup_cpu) / gib:.2f} s per GiB")
 
 
 def report_heartbeat(args: argparse.Namespace) -> None:

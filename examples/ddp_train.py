@@ -7,6 +7,7 @@ global rank 0 reads and writes ``--checkpoint-dir``; on resume it broadcasts the
 state (model, optimizer, every rank's RNG and data position, step) to the other ranks.
 
 Log lines (parsed by ``resched run`` for its timeline), printed by rank 0:
+  resched-train: checkpoint loaded in S s   (on resume, before the line below)
   resched-train: resumed from step N
   resched-train: step N loss X
   resched-train: checkpoint step N save_s S   (after the files and the marker are written)
@@ -536,7 +537,11 @@ def main(argv: list[str] | None = None) -> int:
         for torn in cfg.checkpoint_dir.glob(f"*{TEMP_TAG}*"):  # left by a kill mid-write
             torn.unlink(missing_ok=True)
     trainer = build_trainer(cfg, rank, world)
+    loading = time.monotonic()
     start = trainer.restore()
+    if rank == 0 and start:
+        # what a restart spends loading, apart from starting torch (recovery benchmark)
+        say(f"checkpoint loaded in {time.monotonic() - loading:.3f} s")
     if rank == 0:
         say(f"resumed from step {start}" if start else f"starting at step 0 (world size {world})")
     if train(trainer, start, stop, heartbeat):

@@ -28,7 +28,13 @@ _WORKER = textwrap.dedent("""
         client.send_heartbeat()
         print(f"rank {os.environ['RANK']} step {step}", flush=True)
         time.sleep(0.2)
-    time.sleep(600)  # a hang: no more heartbeats
+    # Only rank 0 hangs (no more heartbeats); rank 1 stays healthy until the launcher
+    # stops it. If both hung, which of them the monitors kill before the agent looks is a
+    # race (under load both are, and the agent names both).
+    while os.environ["RANK"] != "0":
+        client.send_heartbeat()
+        time.sleep(0.2)
+    time.sleep(600)
 """)
 
 
@@ -53,6 +59,7 @@ def test_real_ft_launcher_heartbeat_hang_with_restarts_exhausted(tmp_path: Path)
                                    launcher="ft_launcher")
     assert (diagnosis.rule_id, diagnosis.category, diagnosis.decision) == ("nvrx-hang-kill", "hang", "reschedule")
     assert "launcher-restarts-exhausted" in diagnosis.also_matched
-    # ft_launcher prints no failure table here: the agent's line names local rank 0
+    # ft_launcher prints no failure table here: the agent's line names local rank 0, the
+    # one rank whose monitor killed it (rank 1 got the agent's closing SIGTERM)
     assert diagnosis.rank_exit_codes == {0: -9} and diagnosis.root_cause_rank == 0
     assert "local rank 0, signal 9" in diagnosis.status

@@ -57,3 +57,23 @@ def test_static_summaries_match_each_commands_own_help() -> None:
         for limit in (40, 60, 10**6):
             assert click.utils.make_default_short_help(summary, limit) == \
                 command.get_short_help_str(limit), name
+
+
+def test_unchanged_republish_skips_slow_lookups(tmp_path) -> None:
+    """`checkpoint publish` of an unchanged directory (the common periodic call) loads no
+    heavy library and no distribution metadata scan (~30 ms); the version is a constant."""
+    source = tmp_path / "ckpt"
+    source.mkdir()
+    (source / "model.pt").write_bytes(b"weights" * 1000)
+    store = f"file://{tmp_path / 'store'}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), RESCHED_CACHE_DIR=str(tmp_path / "cache"))
+    subprocess.run([PYTHON, "-m", "workflows.cli", "checkpoint", "publish", str(source), store],
+                   cwd=REPO, env=env, timeout=120, check=True, capture_output=True)
+    args = ", ".join(repr(a) for a in ("checkpoint", "publish", str(source), store))
+    result = subprocess.run([PYTHON, "-c", PROBE % args], capture_output=True, text=True,
+                            cwd=REPO, env=env, timeout=120, check=True)
+    assert "nothing published" in result.stdout + result.stderr  # really the unchanged path
+    loaded = set(json.loads(result.stdout.splitlines()[-1]))
+    assert "wrapper.checkpoint.publish" in loaded
+    slow = sorted(m for m in loaded if m.split(".")[0] in HEAVY or m == "importlib.metadata")
+    assert not slow, f"an unchanged re-publish imported {slow}"

@@ -161,7 +161,11 @@ class AttemptRunner:
         return env
 
     def _report_failure(self, attempt: int, run: SupervisedRun) -> None:
-        if run.unscanned_lines:
+        if run.unscanned_lines is None:
+            say(f"note: {run.unscanned_bytes} bytes of output came faster than the log scanner "
+                "and were forwarded unscanned (the end of each burst was scanned; line "
+                "numbers after them count from a byte offset)")
+        elif run.unscanned_lines:
             say(f"note: {run.unscanned_lines} lines came faster than the log scanner and were "
                 "forwarded unscanned (the end of each burst was scanned)")
         if run.hung or (run.exit_code == 0 and run.signal is None):
@@ -170,6 +174,9 @@ class AttemptRunner:
             "attempt": attempt, "kind": "exit", "exit_code": run.exit_code,
             "signal": run.signal, "stop_signal": run.stop_signal,
             "launch_error": run.launch_error, "ended_at": run.ended_at,
+            # where detection time goes: the exit seen, then the rest of the task reaped
+            "exit_seen_at": run.exit_seen_at, "sweep_s": run.sweep_s,
+            "leftovers": run.leftover_processes_killed,
         })
         if run.launch_error:
             say(f"error: {run.launch_error} (check the command after --, its PATH and "
@@ -268,7 +275,8 @@ class AttemptRunner:
             artifacts_dir=str(artifacts),
             extra={"leftover_processes_killed": run.leftover_processes_killed,
                    "unscanned_lines": run.unscanned_lines,
-                   "unscanned_bytes": run.unscanned_bytes, **stop_extra,
+                   "unscanned_bytes": run.unscanned_bytes,
+                   "line_numbers_exact": run.unscanned_lines is not None, **stop_extra,
                    "node_replacement": action is Decision.RESCHEDULE
                    and bool(getattr(decision, "node_replacement", False)),
                    **(nvrx.record_fields() if nvrx is not None else {}),
@@ -306,6 +314,12 @@ class _ScanFeed:
         if "attempts left" in text:
             self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
 
+    def mark_gap(self, resume_at: int, stream: str) -> None:
+        """Output went by unseen: the scanner numbers lines from byte ``resume_at`` on."""
+        mark = getattr(self.scanner, "mark_gap", None)
+        if mark is not None:
+            mark(resume_at, stream)
+
     def skip_lines(self, count: int, stream: str) -> None:
         """Lines forwarded unscanned (an output burst): only the line count moves."""
         skip = getattr(self.scanner, "skip_lines", None)
@@ -326,7 +340,9 @@ def _mtime(path: Path | None) -> int | None:
 def _evidence_line(line: Any) -> dict[str, Any]:
     if isinstance(line, Mapping):
         return dict(line)
-    return {"source": line.source, "lineno": line.lineno, "text": line.text}
+    after_byte = getattr(line, "after_byte", None)
+    position = {} if after_byte is None else {"after_byte": after_byte}
+    return {"source": line.source, "lineno": line.lineno, **position, "text": line.text}
 
 
 def _save_tails(artifacts: Path, run: SupervisedRun) -> None:

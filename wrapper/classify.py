@@ -57,6 +57,21 @@ class EvidenceLine:
     source: str
     lineno: int
     text: str
+    # Set when output before this line went by unscanned and uncounted (a zero-copy
+    # burst): ``lineno`` counts from this byte offset of the stream, not from its start.
+    after_byte: int | None = None
+
+    def where(self) -> str:
+        """``stdout line 12``; ``stdout line 3 counted from byte 1048576``; ``status``."""
+        if not self.lineno:
+            return self.source
+        if self.after_byte is None:
+            return f"{self.source} line {self.lineno}"
+        return f"{self.source} line {self.lineno} counted from byte {self.after_byte}"
+
+    def to_dict(self) -> dict[str, Any]:
+        position = {} if self.after_byte is None else {"after_byte": self.after_byte}
+        return {"source": self.source, "line": self.lineno, **position, "text": self.text}
 
 
 @dataclass(frozen=True)
@@ -98,7 +113,7 @@ class Diagnosis:
             "decision": str(self.decision),
             "hint": self.hint,
             "status": self.status,
-            "evidence": [{"source": e.source, "line": e.lineno, "text": e.text} for e in self.evidence],
+            "evidence": [e.to_dict() for e in self.evidence],
             "rank_exit_codes": {str(rank): code for rank, code in self.rank_exit_codes.items()},
             "root_cause_rank": self.root_cause_rank,
             "exclude_node": self.exclude_node,
@@ -112,9 +127,7 @@ class Diagnosis:
             "why_won": self.why_won,
             "matches": [
                 {"rule": m.rule_id, "decision": str(m.decision), "group": m.group, "rank": m.rank,
-                 "line": None if m.first_line is None else {
-                     "source": m.first_line.source, "line": m.first_line.lineno,
-                     "text": m.first_line.text}}
+                 "line": None if m.first_line is None else m.first_line.to_dict()}
                 for m in self.matches
             ],
             "nearest": list(self.nearest),
@@ -296,10 +309,14 @@ def _primary_order(rule: Rule, index: int, facts: _Facts,
     warning = bool(_WARNING_LINE.match(hit.text))
     level = "a warning-level line" if warning else "an error line"
     return (3, (1 if warning else 0, events.get(rule.id, hit.seq)), index,
-            f"earliest root-class error wins: {level} at {hit.stream} line {hit.lineno}")
+            f"earliest root-class error wins: {level} at {_hit_line(hit).where()}")
 
 
 _SAME_EVENT_LINES = 5  # error lines this close on one stream are one error (traceback + message)
+
+
+def _hit_line(hit: LogHit) -> EvidenceLine:
+    return EvidenceLine(hit.stream, hit.lineno, hit.text, getattr(hit, "after_byte", None))
 
 
 def _events(rules: Sequence[Rule], facts: _Facts) -> dict[str, int]:
@@ -315,6 +332,7 @@ def _events(rules: Sequence[Rule], facts: _Facts) -> dict[str, int]:
     previous: LogHit | None = None
     for hit, rule_id in firsts:
         if (anchor is None or previous is None or hit.stream != previous.stream
+                or getattr(hit, "after_byte", None) != getattr(previous, "after_byte", None)
                 or hit.lineno - previous.lineno > _SAME_EVENT_LINES):
             anchor = hit
         events[rule_id] = anchor.seq
@@ -356,7 +374,7 @@ def _choose(rules: RuleSet, facts: _Facts) -> _Choice:
             }[name]
             ranked.append(RuleMatch(
                 rule_id=rule.id, decision=rule.decision, group=name, rank=rank,
-                first_line=None if hit is None else EvidenceLine(hit.stream, hit.lineno, hit.text)))
+                first_line=None if hit is None else _hit_line(hit)))
     for name, group in groups:
         if group:
             winner = group[0]
@@ -400,7 +418,7 @@ def _evidence_lines(rule: Rule, facts: _Facts, report: LauncherReport, status: s
         lines.append(EvidenceLine(source=event.source, lineno=event.lineno, text=event.text))
     rule_hits = facts.hits_by_rule.get(rule.id, ())
     for hit in rule_hits[:_EVIDENCE_HITS]:
-        lines.append(EvidenceLine(source=hit.stream, lineno=hit.lineno, text=hit.text))
+        lines.append(_hit_line(hit))
     return tuple(lines)
 
 
@@ -562,8 +580,7 @@ def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:
         out.append("node: mark for exclusion")
     out.append("evidence:")
     for line in diagnosis.evidence[1:] or diagnosis.evidence:
-        where = f"{line.source} line {line.lineno}" if line.lineno else line.source
-        out.append(f"  {where}: {line.text}")
+        out.append(f"  {line.where()}: {line.text}")
     if diagnosis.also_matched:
         out.append(f"also matched: {', '.join(diagnosis.also_matched)}")
     if explain:
@@ -572,9 +589,7 @@ def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:
         for match in diagnosis.matches or ():
             out.append(f"  {match.rule_id} ({match.group}, {match.decision}): {match.rank}")
             if match.first_line is not None:
-                where = (f"{match.first_line.source} line {match.first_line.lineno}"
-                         if match.first_line.lineno else match.first_line.source)
-                out.append(f"      {where}: {match.first_line.text[:200]}")
+                out.append(f"      {match.first_line.where()}: {match.first_line.text[:200]}")
         if not diagnosis.matches:
             out.append("  (none)")
     out.append(f"hint: {diagnosis.hint}")

@@ -19,19 +19,33 @@ a long burst is scanned anyway (a sample of what scrolled by). Memory stays flat
 whatever the output's shape: the burst keeps at most ``BURST_KEEP_BYTES``, a line at
 most ``MAX_LINE_BYTES``, and skipped lines only advance a counter (``SkipLines``),
 never build a string.
+
+Zero copy (Linux): a burst is forwarded with ``splice(2)``, pipe to target, without
+passing through Python at all, and ``tee(2)`` keeps a copy of its most recent bytes in a
+private side pipe (``SIDE_PIPE_BYTES``; its oldest bytes are spliced to /dev/null when it
+fills). When the burst ends, the side pipe is read and scanned: the traceback is there.
+Bytes that went by unseen cannot have their newlines counted, so line numbers after such
+a gap are not numbers from the stream's start: the feed's ``mark_gap`` is told the exact
+byte offset where counting starts again (the first whole line after the gap), hits
+after it are numbered from there, and ``unscanned_lines`` becomes unknown
+(``line_numbers_exact`` False); ``unscanned_bytes`` stays exact. Output progress for the
+hang detector is ``bytes_forwarded``, which a splice burst advances too. Without
+``mark_gap``, without splice (other systems, ``RESCHED_NO_SPLICE=1``) or for a target
+that refuses spliced pages (a terminal, an O_APPEND file: EINVAL), bursts take the
+read/write path above, whose line counts stay exact.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import select
-import struct
 import sys
-import termios
 import threading
 from collections import deque
 from collections.abc import Callable
+
+from wrapper.splice_tap import SpliceTap, readable_within
+from wrapper.zerocopy import pending_bytes, zero_copy_available
 
 MAX_LINE_BYTES = 64 * 1024
 TAIL_LINE_CHARS = 4096
@@ -52,6 +66,8 @@ _F_SETPIPE_SZ = 1031
 FeedText = Callable[[str, str], None]
 # Advances a stream's line count by this many lines that were not scanned.
 SkipLines = Callable[[int, str], None]
+# Unseen bytes went by: line counting restarts at this byte offset of the stream.
+MarkGap = Callable[[int, str], None]
 
 
 def enlarge_pipe(fd: int) -> None:
@@ -63,20 +79,8 @@ def enlarge_pipe(fd: int) -> None:
             pass
 
 
-def _readable_within(fd: int, seconds: float) -> bool:
-    try:
-        readable, _, _ = select.select([fd], [], [], seconds)
-    except (OSError, ValueError):
-        return False
-    return bool(readable)
-
-
-def _pending_bytes(fd: int) -> int:
-    try:
-        raw = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
-    except OSError:
-        return 0
-    return int(struct.unpack("i", raw)[0])
+_readable_within = readable_within
+_pending_bytes = pending_bytes
 
 
 class LineSink:
@@ -84,7 +88,8 @@ class LineSink:
 
     def __init__(
         self, stream: str, source_fd: int, target_fd: int, feed: FeedText, tail_lines: int,
-        skip: SkipLines | None = None,
+        skip: SkipLines | None = None, gap: MarkGap | None = None,
+        zero_copy: bool | None = None,
     ) -> None:
         self.stream = stream
         self._source_fd = source_fd
@@ -106,7 +111,27 @@ class LineSink:
         self.sampled_chunks = 0
         self._since_sample = 0
         self._unfed_lines = 0
+        # Zero copy needs a feed that can be told where line numbers restart.
+        self._mark_gap = gap
+        self._zero_copy = gap is not None and (
+            zero_copy_available() if zero_copy is None else zero_copy)
+        self._tap: SpliceTap | None = None
+        self._read_bytes = 0  # forwarded through Python (the tap counts its own)
+        self._scanned_to = 0  # stream offset up to which every byte reached _split
+        self._split_offset = 0  # stream offset of the next byte _split gets (after a gap)
+        self._gap_open = False  # skipping the rest of a line whose start went by unseen
+        self.line_numbers_exact = True
         self._thread = threading.Thread(target=self._pump, name=f"resched-{stream}", daemon=True)
+
+    @property
+    def bytes_forwarded(self) -> int:
+        """Bytes taken from the command so far: the watch loop's output progress."""
+        return self._read_bytes + (self._tap.moved if self._tap is not None else 0)
+
+    @property
+    def unscanned_line_count(self) -> int | None:
+        """Lines forwarded unscanned; None once unseen bytes went by (not countable)."""
+        return self.unscanned_lines if self.line_numbers_exact else None
 
     def start(self) -> None:
         self._thread.start()
@@ -124,6 +149,13 @@ class LineSink:
 
     def _pump(self) -> None:
         enlarge_pipe(self._source_fd)
+        try:
+            self._pump_all()
+        finally:
+            if self._tap is not None:
+                self._tap.close()
+
+    def _pump_all(self) -> None:
         while True:
             try:
                 chunk = os.read(self._source_fd, _READ_SIZE)
@@ -132,10 +164,18 @@ class LineSink:
             if not chunk:
                 break
             self._forward(chunk)
+            self._read_bytes += len(chunk)
+            full = len(chunk) == _READ_SIZE
+            if self._zero_copy and not self._burst and (
+                    full or _pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
+                self._split(chunk)  # already read: scan it, zero copy from here
+                self._scanned_to = self.bytes_forwarded
+                if self._splice_burst():
+                    break
+                continue
             # A full read means output piled up while we were busy; so does a pipe that
             # still holds a lot. Either way the command writes faster than we scan. The
             # burst lasts until the pipe stays quiet for BURST_QUIET_S.
-            full = len(chunk) == _READ_SIZE
             if (full or self._burst
                     or _pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
                 self._set_aside(chunk)
@@ -148,6 +188,60 @@ class LineSink:
             self._emit(self._carry + b"\n")
             self._carry = b""
         self._feed_unfed_lines()
+
+    def _splice_burst(self) -> bool:
+        """Forward a burst with splice, then scan what the side pipe kept; True at EOF."""
+        if self._tap is None:
+            try:
+                self._tap = SpliceTap(self._source_fd, self._target_fd, target_ok=self._target_ok)
+            except OSError:
+                self._zero_copy = False  # no fds left for a side pipe: read/write it is
+                return False
+        tap = self._tap
+        tap.target_ok = self._target_ok
+        try:
+            eof = tap.forward_burst(self._sample_side, quiet_s=BURST_QUIET_S,
+                                    sample_every=SAMPLE_EVERY_BYTES)
+        except OSError:
+            # The command's pipe refuses tee or splice (no such kernel support): the
+            # read/write path from here on; nothing was lost, the accounting still holds.
+            self._zero_copy, eof = False, False
+        self._target_ok = tap.target_ok
+        self._scan_side()
+        return eof
+
+    def _sample_side(self) -> None:
+        self.sampled_chunks += 1
+        self._scan_side()
+
+    def _scan_side(self) -> None:
+        tap = self._tap
+        if tap is None:
+            return
+        side_start = self.bytes_forwarded - tap.side_held
+        if side_start > self._scanned_to:
+            self._open_gap(side_start - self._scanned_to, side_start)
+        for chunk in tap.read_side():
+            self._split(chunk)
+        self._scanned_to = self.bytes_forwarded
+
+    def _open_gap(self, unseen: int, resume_at: int) -> None:
+        # The side pipe starts inside a line whose beginning went by unseen: drop up to
+        # its newline; the feed learns where counting restarts when that newline is found.
+        self.unscanned_bytes += unseen
+        self.line_numbers_exact = False
+        self._carry, self._skipping, self._gap_open = b"", True, True
+        self._split_offset = resume_at
+        self._tail_blocks.clear()  # the tail must not run across a gap
+        self._tail_count = 0
+
+    def _notify_gap(self, resume_at: int) -> None:
+        if self._mark_gap is None or not self._scanning:
+            return
+        try:
+            self._mark_gap(resume_at, self.stream)
+        except Exception as error:  # noqa: BLE001 - forwarding must go on regardless
+            self._stop_scanning(error)
 
     def _forward(self, chunk: bytes) -> None:
         if not self._target_ok:
@@ -241,11 +335,16 @@ class LineSink:
             pass
 
     def _split(self, chunk: bytes) -> None:
+        offset = self._split_offset
+        self._split_offset += len(chunk)
         if self._skipping:
             newline = chunk.find(b"\n")
             if newline < 0:
                 return
             self._skipping = False
+            if self._gap_open:
+                self._gap_open = False
+                self._notify_gap(offset + newline + 1)
             chunk = chunk[newline + 1:]
         data = self._carry + chunk if self._carry else chunk
         last_newline = data.rfind(b"\n")

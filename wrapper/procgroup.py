@@ -16,6 +16,10 @@ import ctypes
 import os
 import signal
 import sys
+import time
+from collections.abc import Callable
+
+from wrapper.exitwatch import ExitWatch
 
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper_set = False
@@ -116,13 +120,58 @@ def group_members(pgid: int) -> list[tuple[int, str, int]]:
     return [(pid, table[pid][0], table[pid][1]) for pid in sorted(members)]
 
 
-def reap_group_zombies(pgid: int) -> None:
-    """Reap members of the group that are zombies waiting for this process."""
-    me = os.getpid()
-    for pid, state, ppid in group_members(pgid):
+def reap_group_zombies(pgid: int) -> int:
+    """Reap members of the group that are zombies waiting for this process; how many."""
+    return _reap(group_members(pgid))
+
+
+def _reap(members: list[tuple[int, str, int]]) -> int:
+    # Each zombie by its pid, never os.waitid(P_ALL): that would also take the exit
+    # status of the Popen child (or of any other subprocess the wrapper runs) from
+    # whoever waits for it.
+    me, reaped = os.getpid(), 0
+    for pid, state, ppid in members:
         if state == "Z" and ppid == me:
             try:
-                os.waitpid(pid, os.WNOHANG)
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    reaped += 1
             except ChildProcessError:
                 pass
+    return reaped
 
+
+def start_time(pid: int) -> int | None:
+    """The start time (clock ticks since boot) of a process, or None if it is gone."""
+    fields = _stat_fields(str(pid))
+    return None if fields is None else fields[3]
+
+
+def wait_group_gone(pgid: int, timeout_s: float, *,
+                    each_round: Callable[[], object] | None = None,
+                    clock: Callable[[], float] = time.monotonic) -> bool:
+    """Reap the task's zombies until no member is left (True) or ``timeout_s`` ran out.
+
+    Woken by exits (a pidfd per live member), not by a timer: the round after the last
+    member exits finds the task empty. ``each_round`` runs before every census (the
+    SIGKILL phase re-signals there, for children forked by a dying member).
+    """
+    deadline = clock() + timeout_s
+    with ExitWatch(start_time) as watch:
+        while True:
+            if each_round is not None:
+                each_round()
+            members = group_members(pgid)
+            if _reap(members):
+                members = group_members(pgid)
+            if not members:
+                return True
+            remaining = deadline - clock()
+            if remaining <= 0:
+                return False
+            # Zombies are not waited on: ours were just reaped; another member's
+            # zombie goes when that member reaps it or exits (an exit wakes us).
+            known = _known.get(pgid, {})
+            live = [(pid, known[pid]) for pid, state, _ in members
+                    if state != "Z" and pid in known]
+            tracked = watch.track(live)
+            watch.wait(remaining, complete=tracked == len(live))

@@ -33,6 +33,9 @@ class LogHit:
     lineno: int
     text: str
     seq: int
+    # Set after output went by unseen (zero-copy bursts): ``lineno`` then counts from
+    # this byte offset of the stream (line 1 starts there), not from the stream's start.
+    after_byte: int | None = None
 
 
 def _window(text: str, start: int) -> str:
@@ -52,6 +55,7 @@ class LineScanner:
         self._any_patterns = bool(self._rules)
         self._may_match = self._prefilter.may_match
         self._lines: dict[str, int] = {}
+        self._after_byte: dict[str, int] = {}
         self._seq = 0
         self._first: dict[str, list[LogHit]] = {}
         self._last: dict[str, deque[LogHit]] = {}
@@ -65,6 +69,14 @@ class LineScanner:
         if not self._may_match(line):
             return None
         return self._match_line(line.rstrip("\r\n"), stream, lineno)
+
+    def mark_gap(self, resume_at: int, stream: str = "stdout") -> None:
+        """Bytes of ``stream`` went by unseen; the next line starts at byte ``resume_at``.
+
+        Lines cannot be counted across such a gap, so numbering restarts there: later hits
+        carry ``after_byte`` and a line number relative to it (both exact)."""
+        self._after_byte[stream] = resume_at
+        self._lines[stream] = 0
 
     def skip_lines(self, count: int, stream: str = "stdout") -> None:
         """Advance ``stream``'s line count past ``count`` lines that were not scanned."""
@@ -102,7 +114,8 @@ class LineScanner:
             found = next((m for m in (p.search(line) for p in patterns) if m is not None), None)
             if found is not None:
                 hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno,
-                             text=_window(line, found.start()), seq=self._seq)
+                             text=_window(line, found.start()), seq=self._seq,
+                             after_byte=self._after_byte.get(stream))
                 self._seq += 1
                 self._store(hit)
                 first = first or hit

@@ -21,6 +21,20 @@ _STEP_PATTERNS = (
     re.compile(r"\biteration\s+(\d+)\s*/\s*\d+"),
     re.compile(r"\b(?:global_)?step[\s=:]+(\d+)\b", re.IGNORECASE),
 )
+# The same matches, found fast: a pattern that starts with a literal lets re skip to
+# each occurrence (a leading \b or IGNORECASE makes it try every position: ~0.2 s per
+# MiB of log, which capped the wrapper's scanning at a few MB/s). The word boundary
+# before the literal is checked by hand; "step" is searched in the lowered text.
+_ITERATION_FAST = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
+_STEP_FAST = re.compile(r"step[\s=:]+(\d+)\b")
+
+
+def _word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"  # re's \w for str patterns
+
+
+def _starts_word(text: str, start: int) -> bool:
+    return start == 0 or not _word_char(text[start - 1])
 _SIGNAL_NAMES = {s.name: s for s in signal.Signals}
 
 
@@ -55,11 +69,30 @@ class StepTracker:
         self.last_step: int | None = None
 
     def feed(self, text: str) -> None:
-        for pattern in _STEP_PATTERNS:
-            for match in pattern.finditer(text):
-                step = int(match.group(1))
-                if self.last_step is None or step > self.last_step:
-                    self.last_step = step
+        if "iteration" in text:
+            for match in _ITERATION_FAST.finditer(text):
+                if _starts_word(text, match.start()):
+                    self._saw(match.group(1))
+        lowered = text.lower()
+        # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
+        # also takes "ſ" for "s". Both rare: the plain pattern then.
+        if len(lowered) != len(text) or "\u017f" in text:
+            for match in _STEP_PATTERNS[1].finditer(text):
+                self._saw(match.group(1))
+            return
+        if "step" not in lowered:
+            return
+        for match in _STEP_FAST.finditer(lowered):
+            start = match.start()  # positions are the original text's too
+            if _starts_word(text, start) or (
+                    lowered.startswith("global_", start - 7) and start >= 7
+                    and _starts_word(text, start - 7)):
+                self._saw(match.group(1))
+
+    def _saw(self, digits: str) -> None:
+        step = int(digits)
+        if self.last_step is None or step > self.last_step:
+            self.last_step = step
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wrapper.exitwatch import open_pidfd, wait_readable
 from wrapper.hang import HangDetector, HangSettings
-from wrapper.linesink import LineSink, SkipLines
+from wrapper.linesink import LineSink, MarkGap, SkipLines
 from wrapper.procgroup import (
     become_subreaper,
     forget_group,
     group_members,
     kill_group,
-    reap_group_zombies,
     stop_group,
+    wait_group_gone,
 )
 
 # SIGHUP too: a closed terminal must not leave the command running without its wrapper.
@@ -109,8 +110,14 @@ class SupervisedRun:
     stdout_tail: tuple[str, ...]
     stderr_tail: tuple[str, ...]
     leftover_processes_killed: int  # group members still alive after the child exited
-    unscanned_lines: int = 0  # forwarded and counted, but not scanned (output bursts)
+    # Forwarded but not scanned (output bursts). None: bytes went by unseen (zero-copy
+    # forwarding), so their lines could not be counted; unscanned_bytes is always exact.
+    unscanned_lines: int | None = 0
     unscanned_bytes: int = 0
+    # Where the time between the child's exit and the next attempt goes: when the exit
+    # was seen (time.time()) and how long the sweep of the rest of the task took.
+    exit_seen_at: float | None = None
+    sweep_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,7 @@ class SuperviseOptions:
 
 
 _CENSUS_INTERVAL_S = 0.5  # how often the watch loop records the task's process tree
+_SIGKILL_WAIT_S = 5.0  # SIGKILLed members are gone in milliseconds unless stuck in the kernel
 
 FeedText = Callable[[str, str], object]  # (whole lines joined by "\n", stream name)
 OnHang = Callable[[float, float], None]  # (silent_for_s, timeout_s)
@@ -159,8 +167,11 @@ class Supervisor:
         self._feed_text = feed_text
         # A feed that can count skipped lines without scanning them keeps memory flat.
         self._skip_text: SkipLines | None = getattr(feed_text, "skip_lines", None)
+        # A feed that can be told where line numbers restart lets bursts go zero-copy.
+        self._gap_text: MarkGap | None = getattr(feed_text, "mark_gap", None)
         self.hang_detector: HangDetector | None = None
         self._sweep_grace_s = options.grace_s
+        self._exit_seen_at: float | None = None
 
     def run(self) -> SupervisedRun:
         become_subreaper()
@@ -172,14 +183,21 @@ class Supervisor:
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError, OSError) as error:
             return self._launch_failed(error, started_wall)
+        # Taken before anything can reap the child, so it names this very process.
+        child_fd = open_pidfd(proc.pid)
         self.relay.attach(proc.pid)
         sinks = self._start_pumps(proc)
         try:
-            hung, stop_signal = self._watch(proc, started, sinks)
+            hung, stop_signal = self._watch(proc, started, sinks, child_fd)
         finally:
             # Reached on every path, an exception in the watch loop included.
             self.relay.detach()
+            self._exit_seen_at = time.time()
+            if child_fd is not None:
+                os.close(child_fd)
+            sweep_started = time.monotonic()
             leftovers = self._sweep_group(proc)
+            sweep_s = time.monotonic() - sweep_started
             for sink in sinks:
                 sink.join(timeout=5.0)
         ended_wall = time.time()
@@ -191,8 +209,10 @@ class Supervisor:
             wall_s=round(self.clock() - started, 3), hung=hung, stop_signal=stop_signal,
             launch_error=None, stdout_tail=sinks[0].tail(), stderr_tail=sinks[1].tail(),
             leftover_processes_killed=leftovers,
-            unscanned_lines=sinks[0].unscanned_lines + sinks[1].unscanned_lines,
+            unscanned_lines=_sum_or_none(sinks[0].unscanned_line_count,
+                                         sinks[1].unscanned_line_count),
             unscanned_bytes=sinks[0].unscanned_bytes + sinks[1].unscanned_bytes,
+            exit_seen_at=self._exit_seen_at, sweep_s=round(sweep_s, 4),
         )
 
     def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
@@ -212,11 +232,12 @@ class Supervisor:
     def _start_pumps(self, proc: subprocess.Popen[bytes]) -> tuple[LineSink, LineSink]:
         assert proc.stdout is not None and proc.stderr is not None
         skip = self._skip if self._skip_text is not None else None
+        gap = self._gap if self._gap_text is not None else None
         sinks = (
             LineSink("stdout", proc.stdout.fileno(), self.options.stdout_fd,
-                     self._feed, self.options.tail_lines, skip),
+                     self._feed, self.options.tail_lines, skip, gap),
             LineSink("stderr", proc.stderr.fileno(), self.options.stderr_fd,
-                     self._feed, self.options.tail_lines, skip),
+                     self._feed, self.options.tail_lines, skip, gap),
         )
         for sink in sinks:
             sink.start()
@@ -227,15 +248,24 @@ class Supervisor:
             assert self._skip_text is not None
             self._skip_text(count, stream)
 
+    def _gap(self, resume_at: int, stream: str) -> None:
+        with self._feed_lock:
+            assert self._gap_text is not None
+            self._gap_text(resume_at, stream)
+
     def _feed(self, text: str, stream: str) -> None:
         # Both pumps feed the one scanner; it counts lines per stream and orders hits.
         with self._feed_lock:
             self._feed_text(text, stream)
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink]
+        self, proc: subprocess.Popen[bytes], started: float, sinks: tuple[LineSink, LineSink],
+        child_fd: int | None = None,
     ) -> tuple[bool, str | None]:
-        """Wait for the child; stop the group on a hang or a stop signal. Returns (hung, signal)."""
+        """Wait for the child; stop the group on a hang or a stop signal. Returns (hung, signal).
+
+        ``poll_s`` paces the hang and heartbeat checks only: the child's exit wakes the
+        loop at once through its pidfd (``child_fd``; without one, Popen.wait polls)."""
         options = self.options
         detector = HangDetector(options.hang, started_at=started)
         self.hang_detector = detector
@@ -255,7 +285,7 @@ class Supervisor:
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 detector.observe_heartbeat(now)
-            total_lines = sinks[0].lines_seen + sinks[1].lines_seen
+            total_lines = sinks[0].bytes_forwarded + sinks[1].bytes_forwarded  # bytes, not lines
             if total_lines != lines_seen:
                 lines_seen = total_lines
                 detector.observe_output(now)
@@ -273,6 +303,9 @@ class Supervisor:
             if kill_deadline is not None:
                 # A stopping group keeps only what is left of its grace for the sweep.
                 self._sweep_grace_s = max(0.0, kill_deadline - now)
+            if child_fd is not None:
+                wait_readable((child_fd,), options.poll_s)
+                continue
             try:
                 proc.wait(timeout=options.poll_s)
             except subprocess.TimeoutExpired:
@@ -281,7 +314,12 @@ class Supervisor:
         return hung, stop_signal or self.relay.requested
 
     def _sweep_group(self, proc: subprocess.Popen[bytes]) -> int:
-        """Kill and reap whatever is left of the group; return how many were left."""
+        """Kill and reap whatever is left of the group; return how many were left.
+
+        Members get SIGTERM (and SIGCONT) and what is left of the grace, then SIGKILL;
+        each wait ends the moment the last member is reaped (exits wake it, see
+        ``wait_group_gone``), so the next attempt never waits on a timer here.
+        """
         if proc.poll() is None:  # an exception interrupted the watch: the child still runs
             kill_group(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -291,18 +329,18 @@ class Supervisor:
             forget_group(pgid)
             return 0
         stop_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + self._sweep_grace_s
-        while group_members(pgid) and time.monotonic() < deadline:
-            reap_group_zombies(pgid)
-            time.sleep(0.02)
-        for _ in range(500):  # SIGKILL cannot be ignored: this ends within a few polls
-            if not group_members(pgid):
-                break
-            kill_group(pgid, signal.SIGKILL)
-            reap_group_zombies(pgid)
-            time.sleep(0.01)
+        if not wait_group_gone(pgid, self._sweep_grace_s):
+            # SIGKILL cannot be ignored; re-sent each round for children forked by a
+            # member as it died. Bounded anyway: an unkillable (D state) process must
+            # not keep the wrapper from reporting.
+            wait_group_gone(pgid, _SIGKILL_WAIT_S,
+                            each_round=lambda: kill_group(pgid, signal.SIGKILL))
         forget_group(pgid)
         return len(leftovers)
+
+
+def _sum_or_none(first: int | None, second: int | None) -> int | None:
+    return None if first is None or second is None else first + second
 
 
 def _mtime_ns(path: Path | None) -> int | None:

@@ -161,6 +161,8 @@ class _AttemptLoop:
             if record.decision is not Decision.RETRY:
                 return self._leave(record)
             retries_used += 1 + record.in_job_restarts
+            # The checkpoint this attempt left goes to the store while the next starts.
+            self.checkpoint.publish_behind(record.checkpoint_step_after, attempt=record.attempt)
             if self.sleep(record.backoff_s):
                 return self._stopped_between_attempts(record)
 

@@ -5,16 +5,31 @@ checkpoint into an empty ``--checkpoint-dir`` before the first attempt, keeps a
 :class:`PeriodicSyncer` running across attempts, and always publishes once more before
 it exits (the history under ``<checkpoint-dir>/.resched`` travels with it), so a
 cancel or a reschedule never loses the last checkpoint.
+
+Between attempts: when a retry in place follows an attempt that left a checkpoint newer
+than the last one in the store, that checkpoint is published from a background thread
+while the next attempt starts (``publish_behind``), so the launch never waits for an
+upload. This is safe although the next attempt may write the directory again: a round
+only uploads a complete snapshot (the framework's finished checkpoints, unfinished ones
+left out) whose stats are unchanged after the upload, else it is skipped and nothing is
+published; the store's ``latest`` never points at a torn checkpoint. ``finish`` waits for
+such a round before the final publish.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from wrapper.checkpoint.errors import SnapshotUnstableError
 from wrapper.checkpoint.snapshot import checkpoint_step
 from wrapper.outcome import emit_event, say
+
+# A background round skipped because the next attempt was writing is tried again soon.
+_RETRY_FIRST_S = 0.25
+_RETRY_MAX_S = 5.0
 
 
 class CheckpointSession:
@@ -25,6 +40,10 @@ class CheckpointSession:
         self._store: Any = None
         self._syncer: Any = None
         self._finished = False
+        self._synced_step: int | None = None  # the newest step known to be in the store
+        self._behind: threading.Thread | None = None  # the round started by publish_behind
+        self._oneshot: Any = None  # a PeriodicSyncer never started: its lock, no timer
+        self._stop_behind = threading.Event()
 
     @property
     def active(self) -> bool:
@@ -55,6 +74,7 @@ class CheckpointSession:
             "seconds": result.seconds, "fell_back_from": list(result.fell_back_from),
         })
         say(f"checkpoint: restored step {result.step} from {self.url}")
+        self._synced_step = result.step
         return result.step  # type: ignore[no-any-return]
 
     def start_sync(self) -> None:
@@ -66,11 +86,85 @@ class CheckpointSession:
         self._syncer = PeriodicSyncer(self.local_dir, self._store, self.sync_every_s)
         self._syncer.start()
 
+    def synced_step(self) -> int | None:
+        """The newest step this wrapper restored or published (None: none yet)."""
+        steps = [self._synced_step]
+        for syncer in (self._syncer, self._oneshot):
+            if syncer is not None:
+                steps += [result.step for result in list(syncer.results)]
+        known = [step for step in steps if step is not None]
+        return max(known) if known else None
+
+    def publish_behind(self, step: int | None, *, attempt: int) -> bool:
+        """Publish the checkpoint ``attempt`` left (at ``step``) from a background thread
+        when it is newer than the store's; True when a round was started. Never blocks:
+        a round still running (or the timer's) is left to finish on its own."""
+        if not self.active or self._store is None or self._finished or step is None:
+            return False
+        synced = self.synced_step()
+        if synced is not None and step <= synced:
+            return False
+        if self._behind is not None and self._behind.is_alive():
+            return False  # the next one catches up at the timer or the final publish
+        syncer = self._syncer or self._one_shot_syncer()
+        emit_event("checkpoint_sync_started", {"step": step, "after_attempt": attempt,
+                                               "synced_step": synced, "background": True})
+        self._behind = threading.Thread(target=self._publish_round, args=(syncer, step),
+                                        name="resched-publish-behind", daemon=True)
+        self._behind.start()
+        return True
+
+    def _one_shot_syncer(self) -> Any:
+        if self._oneshot is None:
+            from wrapper.checkpoint.syncer import PeriodicSyncer
+
+            assert self.local_dir is not None
+            # Never started: only its rounds are used (directory lock, completeness rules).
+            self._oneshot = PeriodicSyncer(self.local_dir, self._store, 3600.0)
+        return self._oneshot
+
+    def _publish_round(self, syncer: Any, step: int) -> None:
+        """Rounds until one publishes: a round that found the directory changing under
+        it (the next attempt writing) or locked is retried soon, until ``finish``."""
+        started, retry_s = time.monotonic(), _RETRY_FIRST_S
+        while True:
+            try:
+                result = syncer.sync_once()
+            except Exception as error:  # noqa: BLE001 - a background round must not kill the wrapper
+                say(f"checkpoint: background publish FAILED: {type(error).__name__}: {error}")
+                result = None
+            why = syncer.last_skip or ""
+            if result is not None or not why.startswith(("incomplete", "busy")):
+                break
+            if self._stop_behind.wait(retry_s):
+                break  # the final publish takes over
+            retry_s = min(2 * retry_s, _RETRY_MAX_S)
+        seconds = round(time.monotonic() - started, 3)
+        if result is None:
+            emit_event("checkpoint_sync_skipped", {
+                "step": step, "why": why or str(syncer.last_error), "seconds": seconds,
+                "background": True})
+            return
+        emit_event("checkpoint_synced", {
+            "step": result.step, "checkpoint_id": result.checkpoint_id,
+            "uploaded_files": result.uploaded_files, "uploaded_bytes": result.uploaded_bytes,
+            "seconds": seconds, "background": True})
+
+    def wait_behind(self, *, stop: bool = False) -> None:
+        """Wait for the rounds ``publish_behind`` started; ``stop``: no retry after the
+        round under way (the caller publishes next)."""
+        if stop:
+            self._stop_behind.set()
+        if self._behind is not None:
+            self._behind.join()
+            self._behind = None
+
     def finish(self) -> None:
         """The final publish before any exit; never raises (the exit code matters more)."""
         if not self.active or self._finished:
             return
         self._finished = True
+        self.wait_behind(stop=True)  # the final publish builds on its upload
         try:
             if self._syncer is not None:
                 result = self._syncer.stop(final=True)

@@ -22,6 +22,7 @@ from click.utils import make_default_short_help
 from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
 from wrapper.redact import redact
+from wrapper.version import VERSION
 
 # command name -> the module that defines it (one module per area).
 _COMMAND_MODULES = {
@@ -139,7 +140,7 @@ class _ReschedGroup(click.Group):
 
 @click.group(cls=_ReschedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
-@click.version_option(package_name="resched")
+@click.version_option(version=VERSION, prog_name="resched")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """resched: make GPU training jobs survive failures."""

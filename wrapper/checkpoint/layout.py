@@ -45,13 +45,10 @@ def new_checkpoint_id(step: int | None, now: float) -> str:
 
 def producer() -> Producer:
     import os
-    from importlib import metadata  # ~0.07 s: only when a manifest is written
 
-    try:
-        version = metadata.version("resched")
-    except metadata.PackageNotFoundError:
-        version = "unknown"
-    return Producer(socket.gethostname(), os.getpid(), version)
+    from wrapper.version import VERSION
+
+    return Producer(socket.gethostname(), os.getpid(), VERSION)
 
 
 def read_pointer(store: StoreFS) -> Pointer | None:

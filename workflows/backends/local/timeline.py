@@ -26,6 +26,7 @@ _STEP = re.compile(r"^resched-train: step (?P<step>\d+)\b")
 _RESUMED = re.compile(r"^resched-train: resumed from step (?P<step>\d+)")
 _SAVED = re.compile(r"^resched-train: checkpoint step (?P<step>\d+)(?: save_s (?P<s>[0-9.]+))?")
 _CHECKSUM = re.compile(r"^resched-train: final checksum (?P<sum>[0-9a-fA-F]+)")
+_LOADED = re.compile(r"^resched-train: checkpoint loaded in (?P<s>[0-9.]+) s")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,9 @@ def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int) -> Eve
             if kind == "checkpoint_saved" and match.group("s"):
                 extra["save_s"] = float(match.group("s"))
             return timeline.add(kind, task, attempt=attempt, **extra)
+    match = _LOADED.match(text)
+    if match:  # splits a restart's start-up into starting torch and loading
+        return timeline.add("checkpoint_loaded", task, attempt=attempt, load_s=float(match.group("s")))
     match = _CHECKSUM.match(text)
     if match:
         return timeline.add("final_checksum", task, attempt=attempt, checksum=match.group("sum"))
