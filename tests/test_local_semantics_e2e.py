@@ -271,12 +271,17 @@ def test_checkpoint_comes_back_only_through_inputs(tmp_path: Path, with_input: b
 
 
 def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
-    spec = write_workflow(tmp_path, """
+    # Durations unique to this run: another run of this test on the same machine (a
+    # colleague's checkout) must not be mistaken for our leftovers, nor ours for theirs.
+    # The test looks for the detached `sleep` itself, not the `sh` whose command line
+    # names it (seen before setsid even ran, that says nothing about the detached child).
+    detached, foreground = f"321.{os.getpid()}", f"322.{os.getpid()}"
+    spec = write_workflow(tmp_path, f"""
         workflow:
           name: interrupted
           tasks:
           - name: spawner
-            command: ["sh", "-c", "setsid sleep 321 & sleep 322"]
+            command: ["sh", "-c", "setsid sleep {detached} & sleep {foreground}"]
     """)
     report = tmp_path / "r.json"
     proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(tmp_path / "w"), "--report",
@@ -284,15 +289,28 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
                             stderr=subprocess.PIPE, text=True,
                             env={k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")})
     deadline = time.monotonic() + 60
-    while not processes_with("sleep 321") and time.monotonic() < deadline:
+    while not sleeping(detached) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_with("sleep 321")
+    assert sleeping(detached)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert out.startswith("CANCELED"), err
-    assert not processes_with("sleep 321") and not processes_with("sleep 322")
+    assert not processes_with(detached) and not processes_with(foreground)
     assert not processes_with_env(str(tmp_path / "w"))
+
+
+def sleeping(duration: str) -> list[int]:
+    """Live `sleep DURATION` processes (the program itself, not a shell naming it)."""
+    found = []
+    for pid in processes_with(f"sleep {duration}"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if os.path.basename(argv[0]) == b"sleep":
+            found.append(pid)
+    return found
 
 
 def test_chaos_on_shell_tasks_kill_hang_and_forced_exit(tmp_path: Path) -> None:
