@@ -59,8 +59,7 @@ class Progress:
                       + (f" (rule: {rule})" if rule else "")
                       + (f": {fields['reason']}" if fields.get("reason") else ""))
         elif event.kind == "wrapper_failure_detected":
-            detail = {k: v for k, v in fields.items() if k in ("exit_code", "signal", "hung")}
-            self.line(f"{task}  FAILED   in place {detail}")
+            self.line(f"{task}  FAILED   in place: {_how_it_ended(fields)}")
 
     def task_output(self, task: str, line: str) -> None:
         """Task output goes to its log file; nothing is echoed here."""
@@ -122,3 +121,15 @@ class Progress:
             )
         self._block_lines = len(self._rows)
         self._last_draw = time.monotonic()
+
+
+def _how_it_ended(fields: dict[str, Any]) -> str:
+    """The wrapper's failure event in words: "hung", "signal 15", "exit 3"."""
+    parts = []
+    if fields.get("hung"):
+        parts.append("hung")
+    if fields.get("signal") is not None:
+        parts.append(f"signal {fields['signal']}")
+    elif fields.get("exit_code") is not None:
+        parts.append(f"exit {fields['exit_code']}")
+    return ", ".join(parts) or "ended"
