@@ -94,3 +94,39 @@ def test_bad_stop_signal_is_one_line(tmp_path: Path) -> None:
         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "--stop-signal" in result.stderr
+
+
+# A training that has finished (its flag written) and lingers (e.g. a final log flush)
+# when the orchestrator stops the task, as OSMO/the local executor do with the other
+# tasks once the lead completed. It exits 0 on TERM without a newer checkpoint.
+FINISHED = '''
+import signal, sys, time
+flag, ready = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("step 100", flush=True)
+open(flag, "w").write("done")
+open(ready, "w").write("ready")
+time.sleep(60)
+'''
+
+
+def test_a_stop_after_the_training_finished_loses_nothing(tmp_path: Path) -> None:
+    script, flag, ready = tmp_path / "train.py", tmp_path / "finished", tmp_path / "ready"
+    script.write_text(FINISHED)
+    ckpt, state = tmp_path / "ckpt", tmp_path / "state"
+    ckpt.mkdir()
+    argv = [sys.executable, "-m", "workflows.cli", "wrap", "--state-dir", str(state),
+            "--node", "node-a", "--grace", "10", "--checkpoint-dir", str(ckpt),
+            "--expect-finished-flag", str(flag), "--", sys.executable, str(script),
+            str(flag), str(ready)]
+    wrapper = subprocess.Popen(argv, cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for_file(ready)
+    wrapper.send_signal(signal.SIGTERM)
+    _, stderr = wrapper.communicate(timeout=60)
+    (record_path,) = sorted((state / "attempts").glob("*.json"))
+    record = json.loads(record_path.read_text())
+    assert record["decision"] == "complete", (record, stderr)
+    assert record["steps_lost"] == 0 and record["category"] != "stopped-unsaved"
+    assert "steps lost" not in record["reason"] and "did not save" not in stderr
+    assert record["stop_summary"] == "stopped after the training had finished"

@@ -247,7 +247,13 @@ class AttemptRunner:
                                  checkpoint_known=self.config.checkpoint_dir is not None)
             stop_extra = {"stop_saved": verdict.saved, "steps_lost": verdict.steps_lost,
                           "stop_summary": verdict.summary}
-            if verdict.saved is False and action is not Decision.ABORT:
+            if action is Decision.COMPLETE:
+                # The training had finished (finished flag, final step) when the stop came,
+                # e.g. an orchestrator ending the other tasks once the lead completed:
+                # nothing is lost, whatever the checkpoint did.
+                stop_extra = {"stop_saved": verdict.saved, "steps_lost": 0,
+                              "stop_summary": "stopped after the training had finished"}
+            elif verdict.saved is False and action is not Decision.ABORT:
                 # Never a clean preemption: the work since the last checkpoint is gone.
                 category = "stopped-unsaved"
                 reason = f"{verdict.summary}; {reason}"
