@@ -74,6 +74,21 @@ time.sleep(600)
 """
 
 
+# The least any forwarding process can do: start the command, splice its stdout to ours,
+# nothing else (no scan, no tee, no bookkeeping). Its ratio to the direct pipe is the
+# ceiling for a forwarder on this machine: on 2 cores that the producer and the reader
+# already use, a third process costs scheduling whatever it does.
+CEILING = """
+import fcntl, os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)
+fd = proc.stdout.fileno()
+fcntl.fcntl(fd, 1031, 1 << 20)
+while os.splice(fd, 1, 1 << 20):
+    pass
+sys.exit(proc.wait())
+"""
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -129,24 +144,36 @@ def wrapper_startup_cpu_s(repeats: int) -> float:
 
 
 def bench_throughput(megabytes: int, repeats: int, style: str,
-                     fallback: bool = False) -> dict[str, float]:
+                     fallback: bool = False, ceiling: bool = False) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         producer = Path(tmp) / "producer.py"
         producer.write_text(PRODUCER)
+        forwarder = Path(tmp) / "forwarder.py"
+        forwarder.write_text(CEILING)
         direct_cmd = [PYTHON, str(producer), str(megabytes), style]
         if style == "yes":  # the real `yes`: 2-byte lines as fast as the pipe takes them
             direct_cmd = ["sh", "-c", f"yes | head -c {megabytes * 1024 * 1024}"]
         elif style == "no-newline":  # one line as long as the whole output
             direct_cmd = ["head", "-c", str(megabytes * 1024 * 1024), "/dev/zero"]
-        direct, wrapped, old = [], [], []
+        direct, wrapped, old, bare = [], [], [], []
         for attempt in range(repeats):  # interleaved, so a drift in load hits all alike
             direct.append(drain(direct_cmd))
             wrapped.append(drain([*wrap_argv(Path(tmp) / f"s{attempt}"), *direct_cmd]))
             if fallback:
                 old.append(drain([*wrap_argv(Path(tmp) / f"f{attempt}"), *direct_cmd],
                                  RESCHED_NO_SPLICE="1"))
+            if ceiling:
+                bare.append(drain([PYTHON, str(forwarder), *direct_cmd]))
     size = direct[0][0]
-    assert all(run[0] == size for run in direct + wrapped + old), "byte counts differ"
+    assert all(run[0] == size for run in direct + wrapped + old + bare), "byte counts differ"
+    if bare:
+        extra_ceiling = {
+            "ceiling_MBps": size / 1e6 / min(run[1] for run in bare),
+            "ceiling_ratio": min(run[1] for run in direct) / min(run[1] for run in bare),
+            "wrap_vs_ceiling": min(run[1] for run in bare) / min(run[1] for run in wrapped),
+        }
+    else:
+        extra_ceiling = {}
     extra = {} if not old else {
         "fallback_MBps": size / 1e6 / min(run[1] for run in old),
         "fallback_ratio": min(run[1] for run in direct) / min(run[1] for run in old),
@@ -169,6 +196,7 @@ def bench_throughput(megabytes: int, repeats: int, style: str,
         "wrapped_peak_rss_MB": max(run[3] for run in wrapped) / 1024,
         "wrapped_cpu_s": min(run[4] for run in wrapped),
         **extra,
+        **extra_ceiling,
     }
 
 
@@ -267,6 +295,9 @@ def main() -> None:
                         help="comma-separated: yes, blocks, print, no-newline, bytes")
     parser.add_argument("--fallback", action="store_true",
                         help="also time the read/write path (RESCHED_NO_SPLICE=1)")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also time a bare splice-only forwarder (what any extra "
+                        "process can reach here)")
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         report_throughput(args)
@@ -290,7 +321,7 @@ def report_throughput(args: argparse.Namespace) -> None:
     for style in args.shapes.split(","):
         label = SHAPES[style]
         megabytes = min(args.mb, _BYTES_SHAPE_MAX_MB) if style == "bytes" else args.mb
-        result = bench_throughput(megabytes, args.repeats, style, args.fallback)
+        result = bench_throughput(megabytes, args.repeats, style, args.fallback, args.ceiling)
         print(f"throughput, {result['bytes'] / 1e6:.0f} MB written as {label} "
               f"(best of {args.repeats}):")
         print(f"  direct {result['direct_MBps']:.0f} MB/s, through resched wrap "
@@ -306,6 +337,10 @@ def report_throughput(args: argparse.Namespace) -> None:
                   f"-> ratio {result['fallback_ratio']:.2f}, peak RSS "
                   f"{result['fallback_peak_rss_MB']:.0f} MB, wrapper CPU "
                   f"{(result['fallback_cpu_s'] - startup_cpu) / gib:.2f} s per GiB")
+        if "ceiling_ratio" in result:
+            print(f"  bare splice forwarder (the ceiling of any forwarding process here): "
+                  f"{result['ceiling_MBps']:.0f} MB/s -> ratio {result['ceiling_ratio']:.2f}; "
+                  f"resched wrap reaches {result['wrap_vs_ceiling']:.2f} of it")
 
 
 def report_heartbeat(args: argparse.Namespace) -> None:

@@ -286,6 +286,48 @@ def test_a_target_that_refuses_splice_at_run_time_falls_back_to_write(tmp_path: 
         os.close(target)
 
 
+@needs_splice
+def test_a_full_pipe_moves_its_bulk_untouched_and_keeps_the_newest_bytes(tmp_path: Path) -> None:
+    """A round that finds more waiting than TEE_BYTES moves the older part on without
+    tee; the side pipe still ends up holding the burst's newest bytes, in order."""
+    from wrapper.splice_tap import TEE_BYTES
+    from wrapper.zerocopy import pipe_size
+
+    source_r, source_w = os.pipe()
+    capacity = pipe_size(source_w, 1 << 20)
+    assert capacity > TEE_BYTES  # else the bulk path cannot be reached here
+    out_r, out_w = os.pipe()
+    pipe_size(out_w, 1 << 20)
+    payload = b"".join(b"line %07d\n" % i for i in range(capacity // 13))[:capacity]
+    os.write(source_w, payload)  # the whole pipe at once: one round sees all of it
+    os.close(source_w)
+    tap = SpliceTap(source_r, out_w)
+    received = bytearray()
+
+    def collect() -> None:
+        while chunk := os.read(out_r, 1 << 16):
+            received.extend(chunk)
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    try:
+        assert tap.forward_burst(lambda: None, quiet_s=5.0, sample_every=1 << 40) is True
+        held = tap.side_held
+        assert TEE_BYTES <= held < len(payload)
+        assert tap.discarded == 0  # nothing was duplicated only to be dropped again
+        assert b"".join(tap.read_side()) == payload[len(payload) - held:]
+        os.close(out_w)
+        out_w = -1
+        reader.join(timeout=30)
+        assert bytes(received) == payload and tap.moved == len(payload)
+    finally:
+        tap.close()
+        os.close(source_r)
+        if out_w >= 0:
+            os.close(out_w)
+        os.close(out_r)
+
+
 # --- tee(2) through ctypes ------------------------------------------------------------
 
 
