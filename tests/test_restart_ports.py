@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.example_training_fixtures import child_pids
+
 pytestmark = pytest.mark.torch
 BIN = Path(sys.executable).parent
 
@@ -97,16 +99,6 @@ def test_the_tcpstore_listener_sets_so_reuseaddr(use_libuv: bool) -> None:
         del store
 
 
-def _ranks_of(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _launch(script: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [str(BIN / "torchrun"), "--nnodes", "1", "--nproc-per-node", "2",
@@ -124,7 +116,7 @@ def _wait_for_step(proc: subprocess.Popen[bytes], step: int, log: Path) -> None:
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
-    ranks = _ranks_of(proc.pid)
+    ranks = child_pids(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
