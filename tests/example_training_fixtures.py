@@ -56,6 +56,25 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def kill_launcher(proc: subprocess.Popen[bytes], workers: list[int] | None = None) -> None:
+    """SIGKILL a launcher's process group and, by pid, the workers it started (torchrun
+    starts each in a session of its own, out of reach of the group kill)."""
+    if workers is None:
+        workers = child_pids(proc.pid)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    for pid in workers:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 @dataclass
 class TrainRun:
     """One torchrun process (its own session) writing stdout+stderr to ``log``."""
@@ -95,15 +114,9 @@ class TrainRun:
         return self.workers
 
     def kill(self) -> None:
-        """SIGKILL the launcher's process group and, by pid, the workers it started."""
         if not self.workers:
             self.note_workers()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        for pid in self.workers:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_launcher(self.proc, self.workers)
 
     def checksum(self) -> str:
         found = CHECKSUM_RE.search(self.text())

@@ -11,7 +11,6 @@ sweep does already. These tests pin both facts on the installed torch.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.example_training_fixtures import child_pids
+from tests.example_training_fixtures import free_port, kill_launcher
 
 pytestmark = pytest.mark.torch
 BIN = Path(sys.executable).parent
@@ -58,12 +57,6 @@ def _sockets_on_port(port: int) -> list[str]:
     return states
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _listening_fd(port: int) -> int:
     """The fd of this process that is listening on ``port`` (matched by socket inode)."""
     inodes = set()
@@ -86,7 +79,7 @@ def _listening_fd(port: int) -> int:
 def test_the_tcpstore_listener_sets_so_reuseaddr(use_libuv: bool) -> None:
     from torch.distributed import TCPStore
 
-    port = _free_port()
+    port = free_port()
     store = TCPStore("127.0.0.1", port, world_size=1, is_master=True, use_libuv=use_libuv,
                      wait_for_workers=False)
     try:
@@ -115,20 +108,6 @@ def _wait_for_step(proc: subprocess.Popen[bytes], step: int, log: Path) -> None:
                          + log.read_text(errors="replace")[-3000:])
 
 
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    ranks = child_pids(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    for pid in ranks:  # in sessions of their own: the group kill missed them
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
-
-
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_torchrun_relaunched_at_once_on_the_same_port_rendezvouses(tmp_path: Path) -> None:
@@ -136,12 +115,12 @@ def test_torchrun_relaunched_at_once_on_the_same_port_rendezvouses(tmp_path: Pat
     relaunch on the same MASTER_PORT with no pause while TIME_WAIT sockets hold it."""
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    port = _free_port()
+    port = free_port()
     first = _launch(script, port, tmp_path / "first.log")
     second: subprocess.Popen[bytes] | None = None
     try:
         _wait_for_step(first, 2, tmp_path / "first.log")
-        _kill(first)  # the server dies first: its side of each connection gets TIME_WAIT
+        kill_launcher(first)  # the server dies first: its side of each connection gets TIME_WAIT
         deadline = time.monotonic() + 60.0
         while _TIME_WAIT not in _sockets_on_port(port):
             assert time.monotonic() < deadline, f"no TIME_WAIT on {port}: {_sockets_on_port(port)}"
@@ -152,6 +131,6 @@ def test_torchrun_relaunched_at_once_on_the_same_port_rendezvouses(tmp_path: Pat
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
-                _kill(proc)
+                kill_launcher(proc)
     log = (tmp_path / "second.log").read_text(errors="replace")
     assert "EADDRINUSE" not in log and "address already in use" not in log.lower()
