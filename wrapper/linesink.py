@@ -37,7 +37,6 @@ read/write path above, whose line counts stay exact.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import threading
@@ -45,7 +44,7 @@ from collections import deque
 from collections.abc import Callable
 
 from wrapper.splice_tap import SpliceTap, readable_within
-from wrapper.zerocopy import pending_bytes, zero_copy_available
+from wrapper.zerocopy import pending_bytes, pipe_size, zero_copy_available
 
 MAX_LINE_BYTES = 64 * 1024
 TAIL_LINE_CHARS = 4096
@@ -59,7 +58,6 @@ _SKIP_BATCH_LINES = 64 * 1024
 PIPE_BYTES = 1024 * 1024
 # 64 KiB reads overlap reading with the command's writing; 1 MiB reads measured slower.
 _READ_SIZE = 64 * 1024
-_F_SETPIPE_SZ = 1031
 
 # Receives whole lines, each ended by "\n" (LineScanner.feed_text's convention: the line
 # count is the number of newlines), and the stream name.
@@ -73,14 +71,7 @@ MarkGap = Callable[[int, str], None]
 def enlarge_pipe(fd: int) -> None:
     """Fewer, larger reads: a 1 MiB pipe instead of 64 KiB (Linux; best effort)."""
     if sys.platform.startswith("linux"):
-        try:
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
-        except OSError:
-            pass
-
-
-_readable_within = readable_within
-_pending_bytes = pending_bytes
+        pipe_size(fd, PIPE_BYTES)
 
 
 class LineSink:
@@ -105,7 +96,6 @@ class LineSink:
         self._scanning = True
         self._burst: deque[bytes] = deque()
         self._burst_bytes = 0
-        self.lines_seen = 0  # read by the watch loop as output progress
         self.unscanned_lines = 0
         self.unscanned_bytes = 0
         self.sampled_chunks = 0
@@ -167,7 +157,7 @@ class LineSink:
             self._read_bytes += len(chunk)
             full = len(chunk) == _READ_SIZE
             if self._zero_copy and not self._burst and (
-                    full or _pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
+                    full or pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
                 self._split(chunk)  # already read: scan it, zero copy from here
                 self._scanned_to = self.bytes_forwarded
                 if self._splice_burst():
@@ -177,9 +167,9 @@ class LineSink:
             # still holds a lot. Either way the command writes faster than we scan. The
             # burst lasts until the pipe stays quiet for BURST_QUIET_S.
             if (full or self._burst
-                    or _pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
+                    or pending_bytes(self._source_fd) >= BURST_PENDING_BYTES):
                 self._set_aside(chunk)
-                if not full and not _readable_within(self._source_fd, BURST_QUIET_S):
+                if not full and not readable_within(self._source_fd, BURST_QUIET_S):
                     self._scan_burst()  # the burst is over: scan its end
             else:
                 self._split(chunk)
@@ -300,7 +290,6 @@ class LineSink:
     def _count_unscanned(self, lines: int) -> None:
         self._unfed_lines += lines
         self.unscanned_lines += lines
-        self.lines_seen += lines
 
     def _feed_unfed_lines(self) -> None:
         # Unscanned lines still advance the scanner's line numbers, in order, before the
@@ -366,7 +355,6 @@ class LineSink:
             # One decode per block: a newline byte never occurs inside a UTF-8 sequence.
             self._safe_feed(block.decode("utf-8", "replace"))
         self._keep_for_tail(block, count)
-        self.lines_seen += count
 
     def _keep_for_tail(self, block: bytes, count: int) -> None:
         # Raw blocks, decoded only when the tail is asked for: no per-line work here.

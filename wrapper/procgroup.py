@@ -120,11 +120,6 @@ def group_members(pgid: int) -> list[tuple[int, str, int]]:
     return [(pid, table[pid][0], table[pid][1]) for pid in sorted(members)]
 
 
-def reap_group_zombies(pgid: int) -> int:
-    """Reap members of the group that are zombies waiting for this process; how many."""
-    return _reap(group_members(pgid))
-
-
 def _reap(members: list[tuple[int, str, int]]) -> int:
     # Each zombie by its pid, never os.waitid(P_ALL): that would also take the exit
     # status of the Popen child (or of any other subprocess the wrapper runs) from

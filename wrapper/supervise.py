@@ -270,7 +270,7 @@ class Supervisor:
         detector = HangDetector(options.hang, started_at=started)
         self.hang_detector = detector
         heartbeat_mtime = _mtime_ns(options.heartbeat_file)
-        lines_seen = 0
+        forwarded = 0  # output progress: bytes, which a zero-copy burst advances too
         hung, stop_signal = False, None
         kill_deadline: float | None = None
         next_census = 0.0
@@ -285,9 +285,9 @@ class Supervisor:
             if mtime != heartbeat_mtime:
                 heartbeat_mtime = mtime
                 detector.observe_heartbeat(now)
-            total_lines = sinks[0].bytes_forwarded + sinks[1].bytes_forwarded  # bytes, not lines
-            if total_lines != lines_seen:
-                lines_seen = total_lines
+            now_forwarded = sinks[0].bytes_forwarded + sinks[1].bytes_forwarded
+            if now_forwarded != forwarded:
+                forwarded = now_forwarded
                 detector.observe_output(now)
             if kill_deadline is None and self.relay.requested is not None:
                 stop_signal = self.relay.requested  # already forwarded by the relay
