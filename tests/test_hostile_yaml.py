@@ -99,6 +99,20 @@ def test_deep_nesting_is_refused_before_libyaml_recurses(opener: str, closer: st
         yamlsafe.safe_load(text)
 
 
+@pytest.mark.parametrize("loader", ["CSafeLoader", "SafeLoader"])
+def test_deep_nesting_is_reported_in_our_words_whatever_the_yaml_build(
+        loader: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PyYAML 6.0.4's libyaml refuses deep flow nesting in its scanner, before the first
+    # event reaches our depth check; the pure-Python loader lets our check see it.
+    if not hasattr(yamlsafe.yaml, loader):
+        pytest.skip(f"this PyYAML has no {loader}")
+    monkeypatch.setattr(yamlsafe, "_BASE_LOADER", getattr(yamlsafe.yaml, loader))
+    text = "workflow:\n  x: 1\n  cmd: ['a # [', \"b]\"]\n  y: " + "[" * 5000 + "1" + "]" * 5000
+    with pytest.raises(yamlsafe.YamlLoadError, match="nested more than") as raised:
+        yamlsafe.safe_load(text)
+    assert raised.value.line == 3
+
+
 def test_nesting_below_the_limit_loads() -> None:
     depth = yamlsafe.MAX_DEPTH - 1
     assert yamlsafe.check_shape("[" * depth + "]" * depth).depth == depth

@@ -19,6 +19,7 @@ All failures are :class:`YamlLoadError` with a 0-based ``line`` where one is kno
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,10 +99,40 @@ def check_shape(text: str, *, max_depth: int = MAX_DEPTH,
                 size, anchor = stack.pop()
                 _close(stack, sizes, size, anchor)
     except yaml.YAMLError as error:
+        # libyaml's scanner reads a flow collection to its end before the parser yields
+        # its first event, and newer libyaml builds refuse deep nesting there, in their
+        # own words: our limit is reported in ours, whatever the libyaml version.
+        too_deep = _flow_nesting_over(text, max_depth)
+        if too_deep is not None:
+            raise YamlLoadError(f"nested more than {max_depth} levels deep",
+                                too_deep + line_offset, "flatten the structure") from None
         raise _yaml_error(error, line_offset) from None
     finally:
         loader.dispose()
     return YamlShape(nodes=nodes, expanded=expanded, depth=depth)
+
+
+# Flow brackets outside quoted scalars and comments; a diagnostic for text libyaml already
+# refused, so an approximation (block scalars are not told apart) cannot refuse good YAML.
+_FLOW_TOKEN = re.compile(r"""[\[{]|[\]}]|\n|'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|(?:^|(?<=\s))#[^\n]*""")
+
+
+def _flow_nesting_over(text: str, max_depth: int) -> int | None:
+    """The 0-based line where flow nesting first passes ``max_depth``, else None."""
+    depth = line = 0
+    for match in _FLOW_TOKEN.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                return line
+        elif token in "]}":
+            depth = max(depth - 1, 0)
+        elif token == "\n":
+            line += 1
+        else:
+            line += token.count("\n")
+    return None
 
 
 def _close(stack: list[list[Any]], sizes: dict[str, int], size: int, anchor: str | None) -> None:
