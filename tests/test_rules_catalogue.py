@@ -16,6 +16,7 @@ import yaml
 
 from wrapper.classify import classify_artifacts
 from wrapper.rules import load_rules
+from wrapper.scanner import LineScanner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 REAL = FIXTURES / "real"
@@ -52,6 +53,11 @@ def test_fixture_diagnosis(case: dict[str, Any], base: Path) -> None:
     expect = case["expect"]
     assert (diagnosis.rule_id, diagnosis.decision) == (expect["rule"], expect["decision"]), diagnosis.to_json()
     assert diagnosis.rule_id not in case.get("negative_for", [])
+    if expect.get("hits"):  # the `marks` rules whose lines the case must hold
+        scanner = LineScanner(RULES)
+        for log in case["logs"]:
+            scanner.feed_text((base / log).read_text(encoding="utf-8"), stream=log)
+        assert set(expect["hits"]) <= {hit.rule_id for hit in scanner.hits}
     if "exclude_node" in expect:
         assert diagnosis.exclude_node is expect["exclude_node"]
     if "root_cause_rank" in expect:
@@ -64,7 +70,9 @@ def test_fixture_diagnosis(case: dict[str, Any], base: Path) -> None:
 
 
 def test_every_catalogue_rule_has_positive_and_negative_fixture() -> None:
-    positive = {c["expect"]["rule"] for c in CASES}
+    # a `marks` rule is evidence, not a cause: its positive case names it under `hits`
+    positive = {c["expect"]["rule"] for c in CASES} | {
+        rule for c in CASES for rule in c["expect"].get("hits", [])}
     negative = {rule for c in CASES for rule in c.get("negative_for", [])}
     ids = {rule.id for rule in RULES.rules}
     assert ids - positive == set(), "rules without a positive fixture"

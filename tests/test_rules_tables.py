@@ -143,7 +143,7 @@ def test_exit_zero_with_a_traceback_decides_on_the_error_and_says_so(tmp_path: P
              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
     d = diagnose(tmp_path, lines, exit_code=0)
     assert (d.rule_id, d.decision) == ("cuda-oom", Decision.ABORT)
-    assert d.hint.startswith("Exit 0, but the log holds an uncaught traceback")
+    assert d.hint.startswith("Exit 0, but the log shows an error and no sign that the training finished")
     clean = diagnose(tmp_path, ["step 10 loss 1.0", "training done"], exit_code=0)
     assert clean.decision is Decision.COMPLETE
 

@@ -20,14 +20,14 @@ from wrapper.ft_state import restore_ft_state, save_ft_state
 from wrapper.hang import HangSettings
 from wrapper.judge import Judge
 from wrapper.launchers import (
-    IN_JOB_RESTART,
     detect_launcher,
     find_error_files,
     launcher_env,
     tracker_file,
 )
-from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
-from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
+from wrapper.nvrx_verdict import NvrxFindings
+from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV
+from wrapper.output_watch import OutputWatch
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -86,15 +86,12 @@ class AttemptRunner:
         feed.heartbeat_file = None  # the attempt is over: no more touches
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
-        evidence = self._evidence(run, artifacts, feed.scanner)
+        evidence = self._evidence(run, artifacts, feed)
         if evidence["exit_code"] == 0 and feed.nvrx.launcher_unhealthy:
-            # ft_launcher exited 0 although its result was UNHEALTHY (a rank was killed):
-            # classify it as the failure it is, never as a completed training.
             say("note: the launcher exited 0 but reported its workers UNHEALTHY: a failure")
-            evidence = {**evidence, "exit_code": 1}
+        # One judge (wrapper.verdict.judge): the same code `resched classify` decides with
         diagnosis = self.judge.classify(evidence)
-        diagnosis, nvrx = apply_nvrx(diagnosis, feed.nvrx, evidence,
-                                     feed.nvrx.straggler_report(artifacts / "straggler.json"))
+        nvrx = getattr(diagnosis, "nvrx", None) or NvrxFindings.of(feed.nvrx)
         step_after = self._checkpoint_step()
         ft_timeouts = (save_ft_state(config.ft_state, config.state_dir)
                        if config.ft_state is not None else None)
@@ -182,12 +179,12 @@ class AttemptRunner:
             say(f"error: {run.launch_error} (check the command after --, its PATH and "
                 "its execute permission)")
 
-    def _evidence(self, run: SupervisedRun, artifacts: Path, scanner: Any) -> dict[str, Any]:
+    def _evidence(self, run: SupervisedRun, artifacts: Path, feed: OutputWatch) -> dict[str, Any]:
         flag = self.config.expect_finished_flag
         return {
             "exit_code": run.exit_code,
             "signal": run.signal,
-            "hits": tuple(scanner.hits),
+            "hits": tuple(feed.scanner.hits),
             "error_files": find_error_files(artifacts, self.config.command,
                                             self.environ, since=run.started_at),
             "launcher_summary_lines": run.stderr_tail + run.stdout_tail,
@@ -197,6 +194,10 @@ class AttemptRunner:
             "expect_finished": flag is not None,
             "finished": flag is not None and flag.exists(),
             "launcher": self.launcher,
+            "last_step": feed.steps.iteration,
+            "total_steps": feed.steps.total_steps,
+            "nvrx": feed.nvrx,
+            "straggler_file": artifacts / "straggler.json",
         }
 
     def _explain_command(self, run: SupervisedRun, artifacts: Path,
@@ -291,49 +292,22 @@ class AttemptRunner:
         )
 
 
-class _ScanFeed:
-    """Feeds blocks of lines to the scanner and counts the launcher's in-job restarts."""
+class _ScanFeed(OutputWatch):
+    """The judge's output reader, plus keeping the heartbeat alive during an in-process
+    restart (barriers, re-initialising the process group beat no heartbeat; touching the
+    file the training touches keeps the hang detector from killing a restart that is
+    under way). Only done when the training uses heartbeats (else its output lines,
+    these included, are the progress already)."""
 
     def __init__(self, scanner: Any, heartbeat_file: Path | None = None) -> None:
-        self.scanner = scanner
-        self.nvrx = NvrxWatch()  # in-process restarts, straggler reports
-        # An in-process restart (barriers, re-initialising the process group) beats no
-        # heartbeat; touching the file the training touches keeps the hang detector from
-        # killing a restart that is under way. Only done when the training uses heartbeats
-        # (else its output lines, these included, are the progress already).
+        super().__init__(scanner)
         self.heartbeat_file = heartbeat_file
         self._heartbeat_mtime = _mtime(heartbeat_file)
-        self.in_job_restarts = 0  # part of this attempt, not attempts of their own
-        self.steps = StepTracker()  # how far the training got, for "N steps lost"
-        self._feed_text = getattr(scanner, "feed_text", None)  # same result, prefilter in C
 
     def __call__(self, text: str, stream: str) -> None:
-        if self._feed_text is not None:
-            self._feed_text(text, stream)
-        else:
-            for line in text.split("\n")[:-1]:  # every line ends with a newline
-                self.scanner.feed(line, stream)
-        self.steps.feed(text)
-        if self.nvrx.feed(text) and self.heartbeat_file is not None:
+        if self.feed_text(text, stream) and self.heartbeat_file is not None:
             if _mtime(self.heartbeat_file) != self._heartbeat_mtime:
                 self.heartbeat_file.touch()
-        if "attempts left" in text:
-            self.in_job_restarts += len(IN_JOB_RESTART.findall(text))
-
-    def mark_gap(self, resume_at: int, stream: str) -> None:
-        """Output went by unseen: the scanner numbers lines from byte ``resume_at`` on."""
-        mark = getattr(self.scanner, "mark_gap", None)
-        if mark is not None:
-            mark(resume_at, stream)
-
-    def skip_lines(self, count: int, stream: str) -> None:
-        """Lines forwarded unscanned (an output burst): only the line count moves."""
-        skip = getattr(self.scanner, "skip_lines", None)
-        if skip is not None:
-            skip(count, stream)
-        else:
-            for _ in range(count):
-                self.scanner.feed("", stream)
 
 
 def _mtime(path: Path | None) -> int | None:

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from wrapper.launcher_logs import (
     LauncherReport,
@@ -23,9 +23,11 @@ from wrapper.launcher_logs import (
     recover,
     strip_ansi,
 )
+from wrapper.costs import RESTART_MAY_FIX, least_regret
 from wrapper.decision import Decision
 from wrapper.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
 from wrapper.scanner import LineScanner, LogHit
+from wrapper.success import FLAG_RULE, Finished, find_finished, last_restart_seq, stopped_short
 
 __all__ = [
     "Diagnosis", "Evidence", "EvidenceLine", "LineScanner", "LogHit",
@@ -50,6 +52,9 @@ class Evidence:
     expect_finished: bool = False
     finished: bool = False
     launcher: str | None = None
+    # progress read from the output (``iteration N/ TOTAL``): the last N and the end
+    last_step: int | None = None
+    total_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class Diagnosis:
     matches: tuple[RuleMatch, ...] = field(default=())  # every rule that matched, winner first
     why_won: str = ""
     nearest: tuple[str, ...] = field(default=())  # for unknowns: the rule families closest
+    finished_by: str = ""  # the evidence that the training finished, when it decided
+    # what NVRx reported (wrapper.nvrx_verdict.NvrxFindings), for the outcome record
+    nvrx: Any = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +139,7 @@ class Diagnosis:
                 for m in self.matches
             ],
             "nearest": list(self.nearest),
+            "finished_by": self.finished_by,
         }
 
 
@@ -180,15 +189,9 @@ def _facts(evidence: Evidence, report: LauncherReport, hits: Sequence[LogHit]) -
     for name in report.exception_types:
         exc.update({name, name.rsplit(".", 1)[-1]})
     failed = not (evidence.exit_code == 0 and evidence.signal is None)
-    # A launcher that hides its workers' failure exits 0 while the log ends in a
-    # traceback (DeepSpeed's launcher, a shell `|| true`): that is no success, unless
-    # the finished-flag file says training reached its end.
-    crashed = (not failed and TRACEBACK_AT_EXIT_0 in by_rule
-               and not (evidence.expect_finished and evidence.finished))
-    failed = failed or crashed
     tracker = report.tracker_events[-1].status if report.tracker_events else None
     return _Facts(
-        crashed_at_exit_0=crashed, codes=codes, signals=signals, failed=failed,
+        codes=codes, signals=signals, failed=failed,
         hits_by_rule={k: tuple(v) for k, v in by_rule.items()},
         exception_types=frozenset(exc), tracker_status=tracker, launcher=evidence.launcher,
         root_exception=report.root_cause.exception_type if report.root_cause else None,
@@ -349,7 +352,8 @@ class _Choice:
 
 
 def _choose(rules: RuleSet, facts: _Facts) -> _Choice:
-    matched = [rule for rule in rules.rules if _rule_matches(rule, facts)]
+    # rules that mark an event (success, a launcher restart) are evidence, never a cause
+    matched = [rule for rule in rules.rules if rule.marks is None and _rule_matches(rule, facts)]
     if facts.crashed_at_exit_0:
         matched = [r for r in matched if r.decision is not Decision.COMPLETE]
     index = {rule.id: i for i, rule in enumerate(rules.rules)}
@@ -423,19 +427,29 @@ def _evidence_lines(rule: Rule, facts: _Facts, report: LauncherReport, status: s
 
 
 def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Sequence[LogHit]) -> Diagnosis:
+    finished = find_finished(rules, hits, expect_finished=evidence.expect_finished,
+                             finished=evidence.finished, last_step=evidence.last_step,
+                             total_steps=evidence.total_steps)
+    evidence = _with_end_state(evidence, finished)
     facts = _facts(evidence, report, hits)
+    if not facts.failed:
+        # exit 0: only the launcher's last round speaks (earlier ones were recovered)
+        since = last_restart_seq(rules, hits)
+        facts = replace(facts, hits_by_rule=_by_rule(h for h in hits if h.seq > since))
+        if finished is None and _crash_at_exit_0(rules, facts):
+            facts = replace(facts, failed=True, crashed_at_exit_0=True)
     choice = _choose(rules, facts)
     rule, matched = choice.winner, choice.matched
     decision, hint = rule.decision, rule.hint
     if facts.crashed_at_exit_0:
-        hint = (f"Exit 0, but the log holds an uncaught traceback, so this is no success: "
-                f"decided on the error. {hint}")
+        hint = (f"Exit 0, but the log shows an error and no sign that the training finished, "
+                f"so this is no success: decided on the error. {hint}")
     exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
     if exhausted is not None and decision is Decision.RETRY:
         decision = Decision.RESCHEDULE
         hint = f"{hint} {exhausted.hint}".strip()
     status = _status_text(evidence, report)
-    return Diagnosis(
+    diagnosis = Diagnosis(
         rule_id=rule.id, category=rule.category, decision=decision, hint=hint,
         evidence=_evidence_lines(rule, facts, report, status),
         rank_exit_codes=report.rank_exit_codes, root_cause_rank=report.root_cause_rank,
@@ -444,6 +458,129 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         status=status, also_matched=tuple(r.id for r in matched if r is not rule and not _catch_all(r)),
         matches=choice.ranked, why_won=choice.why,
     )
+    if finished is not None:
+        if facts.failed or facts.hung or decision is not Decision.COMPLETE:
+            return _finished_wins(diagnosis, finished, facts, rules, hits)
+        return _named_finish(diagnosis, finished)
+    return _settle(diagnosis, rule, matched, facts)
+
+
+def _named_finish(diagnosis: Diagnosis, finished: Finished) -> Diagnosis:
+    """Exit 0 and evidence that the training finished: the decision names that evidence."""
+    if finished.rule_id == FLAG_RULE:
+        return replace(diagnosis, finished_by=finished.what)
+    line = None if finished.hit is None else _hit_line(finished.hit)
+    at = f" ({line.where()}: {line.text[:200]})" if line is not None else ""
+    evidence = diagnosis.evidence[:1] + ((line,) if line is not None else ())
+    return replace(diagnosis, rule_id=finished.rule_id, finished_by=finished.what,
+                   evidence=evidence, hint=f"Training finished: {finished.what}{at}.",
+                   why_won=f"{finished.rule_id} won: exit 0 and {finished.what}")
+
+
+def _by_rule(hits: Iterable[LogHit]) -> dict[str, tuple[LogHit, ...]]:
+    by_rule: dict[str, list[LogHit]] = {}
+    for hit in hits:
+        by_rule.setdefault(hit.rule_id, []).append(hit)
+    return {k: tuple(v) for k, v in by_rule.items()}
+
+
+def _with_end_state(evidence: Evidence, finished: Finished | None) -> Evidence:
+    """The finished flag, or what stands for it when none was given: the training's own
+    end-of-training line, or a progress line that names an end it did not reach."""
+    if evidence.expect_finished:
+        return evidence
+    if finished is not None:
+        return replace(evidence, expect_finished=True, finished=True)
+    if stopped_short(evidence.last_step, evidence.total_steps):
+        return replace(evidence, expect_finished=True, finished=False)
+    return evidence
+
+
+def _crash_at_exit_0(rules: RuleSet, facts: _Facts) -> bool:
+    """Exit 0, no evidence that the training finished, and an error line of a failure
+    rule (an uncaught traceback, a CUDA OOM...) in the last round: a launcher that hid
+    its workers' failure (DeepSpeed's launcher, a shell ``|| true``), no success."""
+    trial = replace(facts, failed=True)
+    for rule in rules.rules:
+        if (rule.marks is not None or _catch_all(rule) or rule.decision is Decision.COMPLETE
+                or not rule.counts_as_failure or not rule.patterns or rule.exhausts_retries
+                or (rule.cascade and rule.id != TRACEBACK_AT_EXIT_0)):
+            continue
+        if _rule_matches(rule, trial):
+            hit = _first_hit(rule, trial)
+            if hit is not None and not _WARNING_LINE.match(hit.text):
+                return True
+    return False
+
+
+def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: _Facts, rules: RuleSet,
+                   hits: Sequence[LogHit]) -> Diagnosis:
+    """Evidence that the training finished outranks a failure after it (teardown) and
+    the failures of rounds the launcher recovered: complete, naming what won."""
+    line = None if finished.hit is None else _hit_line(finished.hit)
+    failure_hits = facts.hits_by_rule.get(diagnosis.rule_id, ())
+    first = min((h.seq for h in failure_hits), default=None)
+    if finished.hit is not None and first is not None and first > finished.hit.seq:
+        when = "came after it (teardown)"
+    elif first is not None and first < last_restart_seq(rules, hits):
+        when = "belongs to a round the launcher already recovered"
+    else:
+        when = "did not stop the training from finishing"
+    at = f" ({line.where()}: {line.text[:200]})" if line is not None else ""
+    failure = f"{diagnosis.rule_id}, {diagnosis.status}"
+    recovered = when.startswith("belongs")
+    if (diagnosis.decision is Decision.ABORT and diagnosis.counts_as_failure and not recovered
+            and least_regret([Decision.COMPLETE, Decision.ABORT]) is Decision.ABORT):
+        # A deterministic error after the end of training (the test / export step of the
+        # same script): the weights are there, but what came after is broken and a restart
+        # would fail the same way; a person must look, so no "complete" (docs/rules.md, Costs).
+        return replace(diagnosis, finished_by=finished.what, hint=(
+            f"The training finished ({finished.what}{at}), but a deterministic error "
+            f"followed ({failure}): aborted so that someone fixes what runs after "
+            f"training. {diagnosis.hint}"))
+    hint = (f"The training finished: {finished.what}{at}. The failure the log also shows "
+            f"({failure}) {when}: complete, nothing to restart.")
+    evidence = diagnosis.evidence[:1] + ((line,) if line is not None else ()) + diagnosis.evidence[1:]
+    return replace(
+        diagnosis, rule_id=finished.rule_id, category="complete", decision=Decision.COMPLETE,
+        hint=hint, evidence=evidence, exclude_node=False, counts_as_failure=False,
+        escalate=None, deterministic=False, cascade=False, finished_by=finished.what,
+        also_matched=(diagnosis.rule_id, *diagnosis.also_matched),
+        why_won=(f"{finished.rule_id} won: evidence that the training finished outranks "
+                 f"the failure ({diagnosis.rule_id}) that {when}"))
+
+
+def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: _Facts) -> Diagnosis:
+    """Abort only on deterministic evidence: when the log also shows a failure a restart
+    may fix (a start-up race, the network, a remote service, storage I/O), the cost table
+    decides between the readings (wrapper.costs.least_regret): retry once, and the same
+    failure again aborts."""
+    if (diagnosis.decision is not Decision.ABORT or _is_user_rule(winner)
+            or _matched_by_status(winner, facts)):
+        return diagnosis  # a user's rule, or exact facts (an exit code, the tracker)
+    own = _first_hit(winner, facts)
+    # evidence after the abort's own line is its echo (peers losing the dead rank)
+    doubts = [r for r in matched if r.category in RESTART_MAY_FIX and r.marks is None
+              and not _catch_all(r)
+              and (own is None or ((hit := _first_hit(r, facts)) is not None
+                                   and hit.seq <= own.seq))]
+    if not doubts:
+        return diagnosis
+    chosen = least_regret([Decision.ABORT, *(r.decision for r in doubts)])
+    if chosen is Decision.ABORT:
+        return diagnosis
+    names = ", ".join(dict.fromkeys(r.id for r in doubts))
+    return replace(
+        diagnosis, decision=chosen, deterministic=True,
+        escalate=Escalation(after=1, to=Decision.ABORT, scope="job"),
+        hint=(f"{diagnosis.hint} The log also shows a failure a restart may fix ({names}), "
+              f"so this first occurrence is not aborted: {chosen} once; the same failure "
+              f"again aborts."),
+        why_won=f"{diagnosis.why_won}; abort doubted ({names}): {chosen} (docs/rules.md, Costs)")
+
+
+def _is_user_rule(rule: Rule) -> bool:
+    return not rule.source.endswith(CATALOGUE_PATH.name) or rule.source == "<built-in>"
 
 
 _ERRORISH = re.compile(
@@ -506,18 +643,29 @@ def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
             scanner.feed(line, stream=str(path))
 
 
-def classify(evidence: Evidence, rules: RuleSet) -> Diagnosis:
-    """Diagnose one attempt from what the supervisor collected."""
-    tails = [SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines), first_lineno=0)]
+def classify(evidence: Evidence, rules: RuleSet,
+             tails: Sequence[SummaryBlock] | None = None) -> Diagnosis:
+    """The rule engine's diagnosis of one attempt (:func:`wrapper.verdict.judge` adds
+    what NVRx and the launcher reported: call that, it is the one judge)."""
+    if tails is None:
+        tails = [SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines),
+                              first_lineno=0)]
     report = recover(error_files=evidence.error_files, summaries=tails, tracker_file=evidence.tracker_file)
     scanner = LineScanner(rules)
     _error_file_hits(scanner, evidence.error_files)
-    hits = sorted(evidence.hits, key=lambda h: h.seq) + list(scanner.hits)
+    # error-file hits come after every log hit in time order
+    offset = 1 + max((h.seq for h in evidence.hits), default=-1)
+    hits = sorted(evidence.hits, key=lambda h: h.seq) + [replace(h, seq=h.seq + offset)
+                                                         for h in scanner.hits]
     return _explain_unknown(_diagnose(evidence, rules, report, hits), rules, tails)
 
 
-def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
-    """Scan a saved log in blocks of whole lines (the prefilter runs over each block in
+class _BlockReader(Protocol):
+    def feed_text(self, text: str, stream: str) -> object: ...
+
+
+def _scan_log(path: Path, reader: _BlockReader) -> SummaryBlock:
+    """Feed a saved log in blocks of whole lines (the prefilter runs over each block in
     C) and keep its tail, where a launcher's failure summary is."""
     tail: deque[str] = deque(maxlen=_SUMMARY_TAIL_LINES)
     count, rest = 0, ""
@@ -528,9 +676,10 @@ def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
             cut = text.rfind("\n") + 1 if chunk else len(text)
             block, rest = text[:cut], text[cut:]
             if block:
-                count += scanner.feed_text(block, stream=str(path))
-                # not splitlines(): line numbers count "\n" only; split off the tail only
-                # (a full split of every block cost as much as scanning it)
+                reader.feed_text(block, str(path))
+                # as LineScanner counts: "\n" only (not splitlines()), a last line without one
+                count += block.count("\n") + (0 if block.endswith("\n") else 1)
+                # split off the tail only (a full split of every block cost as much as scanning it)
                 lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
                 if lines[-1] == "":
                     lines.pop()
@@ -540,31 +689,12 @@ def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
     return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
 
 
-def classify_artifacts(
-    *,
-    logs: Sequence[Path],
-    error_files: Sequence[Path],
-    exit_code: int | None,
-    signal: int | None,
-    rules: RuleSet,
-    tracker_file: Path | None = None,
-    hung: bool = False,
-    stop_signal: str | None = None,
-    expect_finished: bool = False,
-    finished: bool = False,
-    launcher: str | None = None,
-) -> Diagnosis:
-    """Diagnose saved artifacts (what ``resched classify`` runs)."""
-    scanner = LineScanner(rules)
-    summaries = [_scan_log(Path(path), scanner) for path in logs]
-    _error_file_hits(scanner, error_files)
-    report = recover(error_files=tuple(error_files), summaries=summaries, tracker_file=tracker_file)
-    evidence = Evidence(
-        exit_code=exit_code, signal=signal, error_files=tuple(error_files), tracker_file=tracker_file,
-        hung=hung, stop_signal=stop_signal, expect_finished=expect_finished, finished=finished,
-        launcher=launcher,
-    )
-    return _explain_unknown(_diagnose(evidence, rules, report, scanner.hits), rules, summaries)
+def classify_artifacts(**kwargs: Any) -> Diagnosis:
+    """Diagnose saved artifacts: :func:`wrapper.verdict.classify_artifacts` (kept here
+    for the callers of this older path)."""
+    from wrapper.verdict import classify_artifacts as judge_artifacts
+
+    return judge_artifacts(**kwargs)
 
 
 def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:

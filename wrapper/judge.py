@@ -49,14 +49,14 @@ class RuleJudge:
         max_reschedules: int, reset_on_progress: bool, backoff: Backoff | None = None,
     ) -> None:
         # Imported here so that `wrapper.wrap` stays importable on its own.
-        from wrapper.classify import Evidence, LineScanner, classify
+        from wrapper.classify import LineScanner
         from wrapper.history import HistoryStore
         from wrapper.policy import Budgets, decide
         from wrapper.rules import load_rules
+        from wrapper.verdict import judge_mapping
 
-        self._evidence_type = Evidence
         self._scanner_type = LineScanner
-        self._classify = classify
+        self._judge = judge_mapping
         self._decide = decide
         self.rules = load_rules(tuple(rule_files))
         self.store = HistoryStore(state_dir)
@@ -72,7 +72,8 @@ class RuleJudge:
         return self.store.load()
 
     def classify(self, evidence: Mapping[str, Any]) -> Any:
-        return self._classify(self._evidence_type(**evidence), self.rules)
+        # the one judge `resched classify` also decides with (wrapper.verdict)
+        return self._judge(evidence, self.rules)
 
     def decide(
         self, diagnosis: Any, history: Any, *, node: str, allocation: str,

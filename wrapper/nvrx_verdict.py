@@ -36,6 +36,13 @@ class NvrxFindings:
     exclude_nodes: tuple[str, ...]
     launcher_unhealthy: bool = False  # the launcher exited 0 over an UNHEALTHY result
 
+    @classmethod
+    def of(cls, watch: NvrxWatch) -> NvrxFindings:
+        """What the watch saw, when no verdict replaced the diagnosis."""
+        verdict = watch.inprocess_verdict()
+        return cls(watch.restarts, verdict.root_cause if verdict else None, None, (),
+                   watch.launcher_unhealthy)
+
     def record_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"inprocess_restarts": self.inprocess_restarts}
         if self.restart_root_cause:
@@ -62,6 +69,8 @@ def apply_nvrx(diagnosis: Any, watch: NvrxWatch, evidence: Mapping[str, Any],
                             stragglers, (), watch.launcher_unhealthy)
     if not dataclasses.is_dataclass(diagnosis) or isinstance(diagnosis, type):
         return diagnosis, findings  # a scripted judge's diagnosis: leave it alone
+    if getattr(diagnosis, "finished_by", ""):
+        return diagnosis, findings  # the training finished: nothing NVRx saw before changes that
     if verdict is not None and evidence.get("exit_code") != 0 and not evidence.get("stop_signal"):
         cause = f"{verdict.root_cause}" if verdict.root_cause else "no recorded exception"
         hint = (f"nvidia_resiliency_ext.inprocess.Wrapper used up its in-process restarts "
@@ -72,7 +81,8 @@ def apply_nvrx(diagnosis: Any, watch: NvrxWatch, evidence: Mapping[str, Any],
             decision=verdict.decision, hint=hint, exclude_node=verdict.exclude_node,
             counts_as_failure=True, escalate=None, deterministic=verdict.decision == "abort",
             cascade=False), findings
-    if stragglers is not None and _stopped_gracefully(evidence):
+    if stragglers is not None and (_stopped_gracefully(evidence) or watch.straggler_stop):
+        # NVRx's Lightning straggler callback saves, then leaves with sys.exit(1)
         nodes = stragglers.nodes
         ranks = ", ".join(f"rank {r} on {n}" for r, n in sorted(stragglers.flagged.items()))
         hint = (f"NVRx straggler detection flagged {ranks} and the training stopped "

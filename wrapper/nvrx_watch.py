@@ -36,6 +36,9 @@ _SCORE = re.compile(r"(?:\bSection=(\S+) )?\bRank=(\d+) Node=(\S+) Score=([0-9.]
 # rank: "Agent .run() is OK. No failures in the result. result=RunResult(state=
 # <WorkerState.UNHEALTHY: 'UNHEALTHY'>, ... failures={1: ProcessFailure(...)})".
 _UNHEALTHY_RESULT = re.compile(r"RunResult\(state=<WorkerState\.(?:UNHEALTHY|FAILED)\b")
+# ptl_resiliency/straggler_det_callback.py (_stop_training, stop_if_detected=True) logs
+# this at error level, saves the last checkpoint, then calls sys.exit(1)
+_STRAGGLER_STOP = "Detected stragglers. Terminating training"
 _EXC_NAME = re.compile(r"^([A-Za-z_][\w.]*)\(")
 # What the healthy ranks die of while they wait for the failed one (cascades)
 _ECHO = re.compile(r"Timed out waiting \d+ms|Connection closed by peer|Connection reset by peer"
@@ -102,12 +105,16 @@ class NvrxWatch:
         self.scores: dict[int, float] = {}
         self.section_scores: dict[str, dict[int, float]] = {}
         self.launcher_unhealthy = False  # the launcher's own result says its workers failed
+        self.straggler_stop = False  # the straggler callback stopped the training itself
 
     def feed(self, text: str) -> bool:
         """Read a block of lines; True when it shows an in-process restart under way."""
         if ("fn_ex" not in text and "RestartAbort" not in text and "RunResult(" not in text
-                and "STRAGGLER" not in text and "Score=" not in text):
+                and "STRAGGLER" not in text and "Score=" not in text
+                and "Detected stragglers" not in text):
             return False  # the common case: one substring test per block
+        if _STRAGGLER_STOP in text:
+            self.straggler_stop = True
         restarting = False
         for line in text.split("\n"):
             if (m := _FN_EX.search(line)) is not None:

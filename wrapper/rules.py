@@ -32,8 +32,11 @@ CATALOGUE_PATH = Path(__file__).with_name("catalogue.yaml")
 _RULE_KEYS = {
     "id", "category", "decision", "hint", "match", "cascade", "exclude_node",
     "counts_as_failure", "escalate", "deterministic", "exhausts_retries", "trust_exception_type",
-    "cites",
+    "cites", "marks",
 }
+# What a `marks` rule's line is evidence of (never a failure cause, see wrapper/success.py):
+# the training finished, or the launcher restarted its workers (a new round began).
+MARKS = ("success", "restart")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
@@ -148,6 +151,8 @@ class Rule:
     trust_exception_type: bool = False
     # where the facts behind the rule come from (URL + which list); table rows add theirs
     cites: tuple[str, ...] = ()
+    # "success" / "restart": the rule marks an event, it is never a failure's cause
+    marks: str | None = None
 
     @property
     def patterns(self) -> tuple[re.Pattern[str], ...]:
@@ -363,7 +368,15 @@ def _parse_rule(raw: Any, index: int, path: Path, tables: Mapping[str, Table] | 
         exhausts_retries=_bool(raw, "exhausts_retries", ctx, False),
         trust_exception_type=_bool(raw, "trust_exception_type", ctx, False),
         cites=tuple(cites),
+        marks=_marks(raw, ctx),
     )
+
+
+def _marks(raw: Mapping[str, Any], ctx: _Field) -> str | None:
+    value = raw.get("marks")
+    if value is not None and value not in MARKS:
+        raise ctx.error("marks", f"{value!r} is not one of {', '.join(MARKS)}")
+    return value
 
 
 def _required_str(raw: Mapping[str, Any], key: str, ctx: _Field) -> str:

@@ -25,7 +25,7 @@ _STEP_PATTERNS = (
 # each occurrence (a leading \b or IGNORECASE makes it try every position: ~0.2 s per
 # MiB of log, which capped the wrapper's scanning at a few MB/s). The word boundary
 # before the literal is checked by hand; "step" is searched in the lowered text.
-_ITERATION_FAST = re.compile(r"iteration\s+(\d+)\s*/\s*\d+")
+_ITERATION_FAST = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
 _STEP_FAST = re.compile(r"step[\s=:]+(\d+)\b")
 
 
@@ -67,12 +67,19 @@ class StepTracker:
 
     def __init__(self) -> None:
         self.last_step: int | None = None
+        # Megatron's ``iteration N/ TOTAL`` (TOTAL = --train-iters): the last N and its
+        # TOTAL, kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
+        # iteration): N = TOTAL is evidence that the training finished.
+        self.iteration: int | None = None
+        self.total_steps: int | None = None
 
     def feed(self, text: str) -> None:
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
                 if _starts_word(text, match.start()):
                     self._saw(match.group(1))
+                    self.iteration = max(self.iteration or 0, int(match.group(1)))
+                    self.total_steps = int(match.group(2))
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.

@@ -1,0 +1,74 @@
+"""Evidence that the training finished, and which errors it outranks.
+
+A training that reached its end is complete whatever happens after (a crash, hang or
+collective timeout in teardown) and whatever an earlier round of the launcher did
+(ft_launcher / torchrun restarted the workers, the next round finished). The evidence,
+strongest first:
+
+1. the finished-flag file (``--expect-finished-flag``; NeMo / NVRx write it at the end);
+   when it was expected and is missing, the training did NOT finish, whatever else says so;
+2. a line of a catalogue rule with ``marks: success``: the framework's own "finished"
+   line (HF Trainer, Lightning's max_steps / max_epochs stop, Megatron's "after training
+   is done") or the launcher's success verdict (torchelastic / ft_launcher worker group
+   SUCCEEDED);
+3. progress: Megatron's ``iteration N/ TOTAL`` line with N = TOTAL (--train-iters).
+
+The reverse also holds: a progress line that names an end the training did not reach
+says an exit 0 was a stop, not the end (``unfinished``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from wrapper.rules import RuleSet
+from wrapper.scanner import LogHit
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What says the training finished: ``what`` names it, ``hit`` is its line."""
+
+    rule_id: str  # the success rule, "complete-finished" for the flag, "last-step-reached"
+    what: str
+    hit: LogHit | None = None
+
+
+FLAG_RULE = "complete-finished"
+LAST_STEP_RULE = "last-step-reached"
+
+
+def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bool,
+                  finished: bool, last_step: int | None,
+                  total_steps: int | None) -> Finished | None:
+    """The strongest evidence that the training finished, or None."""
+    if expect_finished:
+        return Finished(FLAG_RULE, "the finished-flag file exists") if finished else None
+    success_ids = {rule.id for rule in rules.rules if rule.marks == "success"}
+    lines = [hit for hit in hits if hit.rule_id in success_ids]
+    if lines:
+        hit = max(lines, key=lambda h: h.seq)  # the last round's verdict
+        rule = rules.by_id(hit.rule_id)
+        what = rule.hint.rstrip(".") if rule is not None and rule.hint else "an end-of-training line"
+        return Finished(hit.rule_id, what[:1].lower() + what[1:], hit)
+    if reached_last_step(last_step, total_steps):
+        return Finished(LAST_STEP_RULE, f"its last step was reached (iteration {last_step}/"
+                                        f"{total_steps})")
+    return None
+
+
+def reached_last_step(last_step: int | None, total_steps: int | None) -> bool:
+    return last_step is not None and total_steps is not None and 0 < total_steps <= last_step
+
+
+def stopped_short(last_step: int | None, total_steps: int | None) -> bool:
+    """Progress names an end that was not reached."""
+    return last_step is not None and total_steps is not None and last_step < total_steps
+
+
+def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:
+    """Where the launcher's last round began (the seq of its last restart line), -1 if
+    it never restarted: errors before it belong to rounds the launcher recovered."""
+    restart_ids = {rule.id for rule in rules.rules if rule.marks == "restart"}
+    return max((hit.seq for hit in hits if hit.rule_id in restart_ids), default=-1)
