@@ -19,7 +19,7 @@ from corpus_fixtures import (
 )
 
 # measured on this branch: see the git log of this line for the value and the date
-ACCURACY_FLOOR = 0.98
+ACCURACY_FLOOR = 0.99
 MIN_ENTRIES = 107
 
 

@@ -558,25 +558,35 @@ def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: 
     if (diagnosis.decision is not Decision.ABORT or _is_user_rule(winner)
             or _matched_by_status(winner, facts)):
         return diagnosis  # a user's rule, or exact facts (an exit code, the tracker)
-    own = _first_hit(winner, facts)
-    # evidence after the abort's own line is its echo (peers losing the dead rank)
-    doubts = [r for r in matched if r.category in RESTART_MAY_FIX and r.marks is None
-              and not _catch_all(r)
-              and (own is None or ((hit := _first_hit(r, facts)) is not None
-                                   and hit.seq <= own.seq))]
+    candidates = [r for r in matched if r.marks is None and not _catch_all(r)]
+    events = _events(candidates, facts)  # rule -> the error event its first line is in
+    own = events.get(winner.id)
+    order = {rule.id: i for i, rule in enumerate(matched)}  # precedence (catalogue) order
+    # only an earlier event doubts the abort: later ones are its echo (peers losing the
+    # dead rank); within one event (a traceback and its message) the more specific rule,
+    # the earlier in the catalogue, speaks (also when its line is only a warning)
+    doubts = [r for r in candidates if r.category in RESTART_MAY_FIX and r.id in events
+              and (own is None or events[r.id] < own
+                   or (events[r.id] == own and order[r.id] < order[winner.id]))]
     if not doubts:
         return diagnosis
     chosen = least_regret([Decision.ABORT, *(r.decision for r in doubts)])
     if chosen is Decision.ABORT:
         return diagnosis
-    names = ", ".join(dict.fromkeys(r.id for r in doubts))
+    doubt = next(r for r in doubts if r.decision is chosen)
+    # the reading that decides is the one named: the restart-may-fix rule, the abort
+    # rule stays in also_matched and is what a repeat of this failure aborts on
     return replace(
-        diagnosis, decision=chosen, deterministic=True,
+        diagnosis, rule_id=doubt.id, category=doubt.category, decision=chosen,
+        deterministic=True, exclude_node=False, cascade=False,
         escalate=Escalation(after=1, to=Decision.ABORT, scope="job"),
-        hint=(f"{diagnosis.hint} The log also shows a failure a restart may fix ({names}), "
-              f"so this first occurrence is not aborted: {chosen} once; the same failure "
-              f"again aborts."),
-        why_won=f"{diagnosis.why_won}; abort doubted ({names}): {chosen} (docs/rules.md, Costs)")
+        also_matched=(diagnosis.rule_id, *(m for m in diagnosis.also_matched if m != doubt.id)),
+        hint=(f"{doubt.hint} The log also shows {diagnosis.rule_id} (an abort), but a first "
+              f"occurrence next to a failure a restart may fix is not aborted: {chosen} once; "
+              f"the same failure again aborts."),
+        why_won=(f"{doubt.id} won: {diagnosis.rule_id} would abort, but {doubt.id} at or "
+                 f"before its line may be the cause; least regret: {chosen} "
+                 f"(docs/rules.md, Costs)"))
 
 
 def _is_user_rule(rule: Rule) -> bool:

@@ -1,0 +1,44 @@
+"""The cost table and the success evidence: pure logic, no logs (docs/rules.md, Costs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wrapper.costs import CATASTROPHIC, COST, catastrophic, cost, least_regret
+from wrapper.decision import Decision
+from wrapper.success import reached_last_step, stopped_short
+
+C, R, S, A = Decision.COMPLETE, Decision.RETRY, Decision.RESCHEDULE, Decision.ABORT
+
+
+def test_every_pair_has_a_cost_and_only_mistakes_cost() -> None:
+    assert set(COST) == {(right, chosen) for right in Decision for chosen in Decision}
+    assert all((COST[(d, d)] == 0) for d in Decision)
+    assert all(COST[pair] > 0 for pair in COST if pair[0] is not pair[1])
+
+
+def test_the_catastrophic_mistakes_are_the_two_the_issue_names_and_cost_most() -> None:
+    # abort of what a restart fixes; complete of a run that failed or stopped early
+    assert CATASTROPHIC == {(R, A), (S, A), (R, C), (S, C), (A, C)}
+    worst_ordinary = max(COST[p] for p in COST if p not in CATASTROPHIC)
+    assert min(COST[p] for p in CATASTROPHIC) > worst_ordinary
+    assert catastrophic("retry", "abort") and not catastrophic("complete", "abort")
+    assert cost("abort", "retry") == COST[(A, R)]
+
+
+@pytest.mark.parametrize(("readings", "chosen"), [
+    ([A, R], R),  # a doubted abort: retry once (the repeat aborts)
+    ([A, S], S),
+    ([C, A], A),  # a deterministic error after the end: someone must look
+    ([A], A),
+    ([R, S], S),  # retrying on a bad node costs more than moving a transient failure
+])
+def test_least_regret_picks_the_decision_whose_worst_case_is_cheapest(readings, chosen) -> None:
+    assert least_regret(readings) is chosen
+
+
+def test_progress_says_finished_only_at_its_end() -> None:
+    assert reached_last_step(100, 100) and reached_last_step(101, 100)
+    assert not reached_last_step(99, 100) and not reached_last_step(None, 100)
+    assert not reached_last_step(5, None) and not reached_last_step(0, 0)
+    assert stopped_short(99, 100) and not stopped_short(100, 100) and not stopped_short(None, 5)
