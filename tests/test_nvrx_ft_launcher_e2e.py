@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.nvrx_fixtures import records, wrap
+from tests.supervise_fixtures import REPO, child_env
 
 FT_LAUNCHER = Path(sys.executable).with_name("ft_launcher")
 pytestmark = [
@@ -46,6 +48,9 @@ WORKER = textwrap.dedent("""
                     client.send_heartbeat(); time.sleep(0.2)
             if mode == "bug":
                 raise KeyError("learning_rate")  # the config has no such key: every time
+            if mode == "kill-once" and not os.path.exists(os.environ["KILLED_ONCE"]):
+                open(os.environ["KILLED_ONCE"], "w").write("1")  # the next round trains on
+                os.kill(os.getpid(), 9)
             if mode in ("16", "17"):
                 print(f"rank {rank}: exiting {mode} (Megatron rerun state machine)", flush=True)
                 sys.exit(int(mode))
@@ -144,3 +149,22 @@ def test_ft_state_travels_to_the_next_allocation(tmp_path: Path) -> None:
     assert "restored NVRx ft_state" in second.stderr
     assert "rank 0 loaded ft_state" in second.stdout and "rank 1 loaded ft_state" in second.stdout
     assert carried["current_timeouts"]["heartbeat"]["were_calculated"] is True
+
+
+def test_a_round_killed_then_a_finished_round_is_complete(tmp_path: Path) -> None:
+    """ft_launcher restarts the workers after rank 1 is SIGKILLed; the next round runs to
+    the end and the launcher reports its worker group SUCCEEDED: the training finished,
+    whatever the first round's failure says (`resched classify` on the saved output agrees)."""
+    state = tmp_path / "state"
+    result = wrap(state, ["--max-retries", "2"], ft_command(tmp_path, "kill-once", max_restarts=1),
+                  GROUP_RANK="0", KILLED_ONCE=str(tmp_path / "killed-once"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = records(state)
+    assert record["decision"] == "complete" and record["in_job_restarts"] == 1
+    artifacts = Path(record["artifacts_dir"])
+    classified = subprocess.run(
+        [sys.executable, "-m", "workflows.cli", "classify", "--exit-code", str(record["exit_code"]),
+         "--log", str(artifacts / "stdout.tail.log"), "--log", str(artifacts / "stderr.tail.log"),
+         "--format", "json"], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=60)
+    verdict = json.loads(classified.stdout)
+    assert (verdict["rule"], verdict["decision"]) == (record["rule"], "complete")
