@@ -13,7 +13,7 @@ same judge ``resched wrap`` uses). Printed: the 4-way confusion matrix (right la
 resched's decision), the catastrophic count (an abort of a failure a restart fixes; a
 "complete" of a run that failed or stopped early) with each one named, and the
 cost-weighted score: 1 - (total cost / (entries x the worst cost)), with the costs of
-wrapper/costs.py (docs/rules.md, "Costs"), the table the judge itself applies.
+wrapper/classifier/costs.py (docs/rules.md, "Costs"), the table the judge itself applies.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from wrapper.classify import classify_artifacts  # noqa: E402
-from wrapper.costs import WORST, catastrophic, cost  # noqa: E402
-from wrapper.rules import load_rules  # noqa: E402
+from wrapper.classifier import classify_artifacts  # noqa: E402
+from wrapper.classifier.costs import WORST, catastrophic, cost  # noqa: E402
+from wrapper.classifier.rules import load_rules  # noqa: E402
 
 LABELS = ("retry", "reschedule", "abort", "complete")
 

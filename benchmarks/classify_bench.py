@@ -59,10 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from corpus_fixtures import classify_corpus, format_confusion, format_misses  # noqa: E402
-from wrapper.classify import classify_artifacts  # noqa: E402
-from wrapper.prefilter import ENGINE_ENV  # noqa: E402
-from wrapper.rules import load_rules  # noqa: E402
-from wrapper.scanner import LineScanner  # noqa: E402
+from wrapper.classifier import classify_artifacts  # noqa: E402
+from wrapper.classifier.prefilter import ENGINE_ENV  # noqa: E402
+from wrapper.classifier.rules import load_rules  # noqa: E402
+from wrapper.classifier.scanner import LineScanner  # noqa: E402
 
 HITS = [
     "[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, ncclRemoteError",
@@ -181,7 +181,7 @@ def chunks_of_bytes(path: Path):
 def bare_hyperscan(path: Path, patterns: list[str]) -> int:
     import hyperscan
 
-    from wrapper.prefilter import block_form
+    from wrapper.classifier.prefilter import block_form
     db = hyperscan.Database()
     flags = hyperscan.HS_FLAG_PREFILTER | hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_ALLOWEMPTY
     db.compile(expressions=[block_form(p).encode() for p in patterns], ids=list(range(len(patterns))),

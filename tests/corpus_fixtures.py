@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from wrapper.classify import classify_artifacts
-from wrapper.rules import RuleSet, load_rules
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.rules import RuleSet, load_rules
 
 CORPUS_DIR = Path(__file__).resolve().parent / "fixtures" / "corpus"
 INDEX = CORPUS_DIR / "corpus.yaml"

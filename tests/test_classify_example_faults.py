@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from wrapper.classify import classify_artifacts
-from wrapper.rules import load_rules
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.rules import load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_train.py"

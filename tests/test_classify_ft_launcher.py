@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from wrapper.classify import classify_artifacts
-from wrapper.rules import load_rules
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.rules import load_rules
 
 FT_LAUNCHER = Path(sys.executable).with_name("ft_launcher")
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from wrapper.classify import Evidence, LineScanner, classify, classify_artifacts
-from wrapper.launcher_logs import (
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.classify import Evidence, LineScanner, classify
+from wrapper.classifier.launcher_logs import (
     SummaryBlock,
     parse_error_file,
     parse_failure_summary,
@@ -22,7 +23,7 @@ from wrapper.launcher_logs import (
     recover,
     split_exception,
 )
-from wrapper.rules import load_rules
+from wrapper.classifier.rules import load_rules
 
 RULES = load_rules()
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"

@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wrapper.prefilter import Prefilter, anchor, required_literals, trie_regex
-from wrapper.rules import load_rules
+from wrapper.classifier.prefilter import Prefilter, anchor, required_literals, trie_regex
+from wrapper.classifier.rules import load_rules
 
 RULES = load_rules()
 PATTERNS = [p for rule in RULES.rules for p in rule.patterns]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from wrapper import classify
-from wrapper.rules import load_rules
-from wrapper.scanner import LineScanner
+from wrapper.classifier import classify
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.scanner import LineScanner
 
 
 @pytest.mark.parametrize("read_chars", [64, 1000, 4096, 1 << 22])

@@ -7,8 +7,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wrapper.rules import load_rules
-from wrapper.scanner import LineScanner
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.scanner import LineScanner
 
 RULES = load_rules()
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -90,7 +90,7 @@ def test_feed_text_in_chunks_equals_per_line(lines: list[str], split: int) -> No
 
 
 def test_saved_log_line_numbers_count_newlines_only(tmp_path: Path) -> None:
-    from wrapper.classify import classify_artifacts
+    from wrapper.classifier import classify_artifacts
 
     log = tmp_path / "odd.log"
     body = "a\r\nb\x0cc\x1cd\u2028e\n" * 3000 + "[rank2]: KeyError: 'x'\r\n" + "tail\n" * 10

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from wrapper.costs import CATASTROPHIC, COST, catastrophic, cost, least_regret
+from wrapper.classifier.costs import CATASTROPHIC, COST, catastrophic, cost, least_regret
 from wrapper.decision import Decision
-from wrapper.success import reached_last_step, stopped_short
+from wrapper.classifier.success import reached_last_step, stopped_short
 
 C, R, S, A = Decision.COMPLETE, Decision.RETRY, Decision.RESCHEDULE, Decision.ABORT
 

@@ -13,8 +13,8 @@ from wrapper.decision import Decision
 from wrapper.heartbeat import HEARTBEAT_ENV
 from wrapper.history import History, PastAttempt
 from wrapper.policy import Budgets, decide
-from wrapper.rules import load_rules
-from wrapper.classify import classify_artifacts
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier import classify_artifacts
 
 
 def test_decision_parses_words_and_rejects_others() -> None:

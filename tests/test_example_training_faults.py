@@ -23,8 +23,8 @@ from example_training_fixtures import (
 )
 
 from wrapper.checkpoint.marker import read_marker
-from wrapper.classify import classify_artifacts
-from wrapper.rules import load_rules
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.rules import load_rules
 
 pytestmark = [pytest.mark.torch, pytest.mark.e2e]
 

@@ -31,7 +31,7 @@ from corpus_fixtures import (
     format_misses,
     load_corpus,
 )
-from wrapper.rules import load_rules
+from wrapper.classifier.rules import load_rules
 
 HOLDOUT_DIR = Path(__file__).resolve().parent / "fixtures" / "holdout"
 HOLDOUT_INDEX = HOLDOUT_DIR / "holdout.yaml"

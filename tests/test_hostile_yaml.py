@@ -23,7 +23,7 @@ from workflows.render import render_file
 from workflows.values import ValueOptions, load_values_file
 from wrapper import yamlsafe
 from wrapper.inputfile import MAX_INPUT_BYTES
-from wrapper.rules import RulesError, load_rule_file
+from wrapper.classifier.rules import RulesError, load_rule_file
 
 from tests.hostile_helpers import assert_clear_error, run_cli
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from wrapper.classify import Diagnosis
+from wrapper.classifier.classify import Diagnosis
 from wrapper.history import History, _with_outcome
 from wrapper.policy import Budgets, decide
-from wrapper.rules import load_rules
+from wrapper.classifier.rules import load_rules
 from wrapper.stop_outcome import StepTracker, StopSignalError, judge_stop, parse_stop_signal
 
 RULES = load_rules()

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from wrapper.ft_state import read_ft_state, restore_ft_state, save_ft_state
-from wrapper.nvrx_verdict import INPROCESS_RULE, STRAGGLER_RULE, apply_nvrx
-from wrapper.nvrx_watch import NvrxWatch, read_straggler_report
+from wrapper.classifier.nvrx_verdict import INPROCESS_RULE, STRAGGLER_RULE, apply_nvrx
+from wrapper.classifier.nvrx_watch import NvrxWatch, read_straggler_report
 from wrapper.policy import Budgets, decide
 from wrapper.history import History
-from wrapper.rules import load_rules
-from wrapper.classify import Evidence, classify
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.classify import Evidence, classify
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvrx"
 RULES = load_rules()

@@ -31,7 +31,7 @@ from wrapper.attempt import AttemptRunner, _ScanFeed
 from wrapper.config import WrapConfig
 from wrapper.judge import RuleJudge
 from wrapper.supervise import SignalRelay, SupervisedRun
-from wrapper.verdict import classify_artifacts
+from wrapper.classifier.verdict import classify_artifacts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _BLOCK = 64 * 1024  # a pipe's worth of output per feed

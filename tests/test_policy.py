@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wrapper.backoff import Backoff
-from wrapper.classify import Diagnosis
+from wrapper.classifier.classify import Diagnosis
 from wrapper.history import History, _with_outcome
 from wrapper.policy import Budgets, decide
-from wrapper.rules import load_rules
+from wrapper.classifier.rules import load_rules
 
 RULES = load_rules()
 

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from wrapper.launcher_logs import strip_ansi
-from wrapper.prefilter import ENGINE_ENV, HyperscanPrefilter, Prefilter, block_form, make_prefilter
-from wrapper.rules import RuleSet, load_rules
-from wrapper.scanner import LineScanner
+from wrapper.classifier.launcher_logs import strip_ansi
+from wrapper.classifier.prefilter import ENGINE_ENV, HyperscanPrefilter, Prefilter, block_form, make_prefilter
+from wrapper.classifier.rules import RuleSet, load_rules
+from wrapper.classifier.scanner import LineScanner
 
 pytest.importorskip("hyperscan")
 

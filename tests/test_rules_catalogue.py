@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from wrapper.classify import classify_artifacts
-from wrapper.rules import load_rules
-from wrapper.scanner import LineScanner
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.scanner import LineScanner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 REAL = FIXTURES / "real"
@@ -90,7 +90,7 @@ def test_evidence_points_at_the_root_cause_line() -> None:
 
 
 def test_noise_alone_matches_nothing() -> None:
-    from wrapper.scanner import LineScanner
+    from wrapper.classifier.scanner import LineScanner
 
     scanner = LineScanner(RULES)
     with open(FIXTURES / "noise-exit0.log", encoding="utf-8") as handle:

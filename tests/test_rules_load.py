@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wrapper.rules import (
+from wrapper.classifier.rules import (
     CATALOGUE_PATH,
     DECISIONS,
     RulesError,
@@ -105,7 +105,7 @@ def test_unknown_top_level_key(tmp_path: Path) -> None:
 
 
 def test_leading_inline_flags_work_inside_the_combined_prefilter(tmp_path: Path) -> None:
-    from wrapper.scanner import LineScanner
+    from wrapper.classifier.scanner import LineScanner
 
     path = write(tmp_path, "- {id: a, category: c, decision: abort, match: {patterns: ['(?i)shard corrupt']}}\n")
     scanner = LineScanner(load_rules([path]))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tests.test_policy import diagnosis  # the policy tests' Diagnosis builder
-from wrapper.classify import classify_artifacts
+from wrapper.classifier import classify_artifacts
 from wrapper.decision import Decision
 from wrapper.history import History, _with_outcome
 from wrapper.policy import Budgets, decide
-from wrapper.rules import RulesError, load_rule_file, load_rules
+from wrapper.classifier.rules import RulesError, load_rule_file, load_rules
 
 RULES = load_rules()
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules.md"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from wrapper.classify import Evidence, LineScanner, classify, classify_artifacts
-from wrapper.rules import load_rules
+from wrapper.classifier import classify_artifacts
+from wrapper.classifier.classify import Evidence, LineScanner, classify
+from wrapper.classifier.rules import load_rules
 
 RULES_DIR = Path(__file__).parent / "fixtures" / "rules"
 TEAM_RULES = RULES_DIR / "team-rules.yaml"

@@ -84,7 +84,7 @@ def test_llama3_mix_at_16k_gpus_resched_reaches_young_daly_and_beats_every_basel
 def test_the_real_policy_decides_and_excludes_nodes() -> None:
     policy = ReschedPolicy()
     gpu = policy.diagnosis(KINDS["gpu"])
-    assert gpu.category == "hardware" and gpu.exclude_node  # from wrapper/catalogue.yaml
+    assert gpu.category == "hardware" and gpu.exclude_node  # from wrapper/classifier/catalogue.yaml
     mech = Mechanics(checkpoint_interval_s=1200, checkpoint_cost_s=60)
     model = FailureModel(rate_per_gpu_s=1 / (3 * 3600 * 1024), mix=(("gpu", 1.0),),
                          bad_fraction=0.05, bad_factor=20)

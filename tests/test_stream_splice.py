@@ -23,10 +23,10 @@ import pytest
 
 from tests.supervise_fixtures import PYTHON, child_env
 from wrapper.attempt import _ScanFeed
-from wrapper.classify import EvidenceLine
+from wrapper.classifier.classify import EvidenceLine
 from wrapper.hang import HangSettings
-from wrapper.rules import load_rules
-from wrapper.scanner import LineScanner
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.scanner import LineScanner
 from wrapper.splice_tap import SpliceTap
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 from wrapper.zerocopy import SPLICE_F_NONBLOCK, may_splice_into, tee, zero_copy_available

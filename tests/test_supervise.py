@@ -365,8 +365,8 @@ def test_an_exception_in_the_watch_loop_still_kills_the_group(tmp_path: Path) ->
 def test_real_scanner_line_numbers_survive_blank_lines_partial_writes_and_bursts(
     tmp_path: Path, flood_mb: int
 ) -> None:
-    from wrapper.rules import load_rules
-    from wrapper.scanner import LineScanner
+    from wrapper.classifier.rules import load_rules
+    from wrapper.classifier.scanner import LineScanner
 
     # Blank lines, a line split across writes, CRLF, an optional flood, then the root cause.
     program = (

@@ -25,9 +25,9 @@ from wrapper.launchers import (
     launcher_env,
     tracker_file,
 )
-from wrapper.nvrx_verdict import NvrxFindings
-from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV
-from wrapper.output_watch import OutputWatch
+from wrapper.classifier.nvrx_verdict import NvrxFindings
+from wrapper.classifier.nvrx_watch import STRAGGLER_REPORT_ENV
+from wrapper.classifier.output_watch import OutputWatch
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -89,7 +89,7 @@ class AttemptRunner:
         evidence = self._evidence(run, artifacts, feed)
         if evidence["exit_code"] == 0 and feed.nvrx.launcher_unhealthy:
             say("note: the launcher exited 0 but reported its workers UNHEALTHY: a failure")
-        # One judge (wrapper.verdict.judge): the same code `resched classify` decides with
+        # One judge (wrapper.classifier.verdict.judge): the same code `resched classify` decides with
         diagnosis = self.judge.classify(evidence)
         nvrx = getattr(diagnosis, "nvrx", None) or NvrxFindings.of(feed.nvrx)
         step_after = self._checkpoint_step()

@@ -49,11 +49,9 @@ class RuleJudge:
         max_reschedules: int, reset_on_progress: bool, backoff: Backoff | None = None,
     ) -> None:
         # Imported here so that `wrapper.wrap` stays importable on its own.
-        from wrapper.classify import LineScanner
+        from wrapper.classifier import LineScanner, judge_mapping, load_rules
         from wrapper.history import HistoryStore
         from wrapper.policy import Budgets, decide
-        from wrapper.rules import load_rules
-        from wrapper.verdict import judge_mapping
 
         self._scanner_type = LineScanner
         self._judge = judge_mapping
@@ -72,7 +70,7 @@ class RuleJudge:
         return self.store.load()
 
     def classify(self, evidence: Mapping[str, Any]) -> Any:
-        # the one judge `resched classify` also decides with (wrapper.verdict)
+        # the one judge `resched classify` also decides with (wrapper.classifier.verdict)
         return self._judge(evidence, self.rules)
 
     def decide(

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from wrapper.backoff import Backoff
-from wrapper.classify import Diagnosis
+from wrapper.classifier.classify import Diagnosis
 from wrapper.config import (
     DEFAULT_MAX_NODE_REPLACEMENTS,
     DEFAULT_MAX_RESCHEDULES,

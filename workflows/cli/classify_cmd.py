@@ -16,11 +16,11 @@ from typing import Any
 import click
 
 from wrapper import config
-from wrapper.classify import Diagnosis, classify_artifacts, format_diagnosis
+from wrapper.classifier import Diagnosis, classify_artifacts, format_diagnosis
 from wrapper.errors import ReschedError
 from wrapper.history import History, HistoryCorrupted, parse_history
 from wrapper.policy import Budgets, PolicyDecision, decide
-from wrapper.rules import load_rules, parse_signal
+from wrapper.classifier.rules import load_rules, parse_signal
 
 
 class ClassifyInputError(ReschedError):

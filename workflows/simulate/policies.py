@@ -15,11 +15,11 @@ from enum import StrEnum
 from typing import Protocol
 
 from workflows.simulate.failures import FailureKind
-from wrapper.classify import Diagnosis, Evidence, LineScanner, classify
+from wrapper.classifier.classify import Diagnosis, Evidence, LineScanner, classify
 from wrapper.decision import Decision
 from wrapper.history import History, with_outcome
 from wrapper.policy import Budgets, decide
-from wrapper.rules import RuleSet, load_rules
+from wrapper.classifier.rules import RuleSet, load_rules
 
 
 class Action(StrEnum):

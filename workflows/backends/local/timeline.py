@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from wrapper.launcher_logs import strip_ansi
+from wrapper.classifier.launcher_logs import strip_ansi
 
 _WRAPPER_EVENT = re.compile(r"^resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
 _STEP = re.compile(r"^resched-train: step (?P<step>\d+)\b")

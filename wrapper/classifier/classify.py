@@ -16,22 +16,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from wrapper.launcher_logs import (
+from wrapper.classifier.launcher_logs import (
     LauncherReport,
     SummaryBlock,
     error_file_text_lines,
     recover,
     strip_ansi,
 )
-from wrapper.costs import RESTART_MAY_FIX, least_regret
+from wrapper.classifier.costs import RESTART_MAY_FIX, least_regret
 from wrapper.decision import Decision
-from wrapper.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
-from wrapper.scanner import LineScanner, LogHit
-from wrapper.success import FLAG_RULE, Finished, find_finished, last_restart_seq, stopped_short
+from wrapper.classifier.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
+from wrapper.classifier.scanner import LineScanner, LogHit
+from wrapper.classifier.success import FLAG_RULE, Finished, find_finished, last_restart_seq, stopped_short
 
 __all__ = [
     "Diagnosis", "Evidence", "EvidenceLine", "LineScanner", "LogHit",
-    "classify", "classify_artifacts", "format_diagnosis",
+    "classify", "format_diagnosis",
 ]
 
 _EVIDENCE_HITS = 6  # log lines shown per diagnosis
@@ -111,7 +111,7 @@ class Diagnosis:
     why_won: str = ""
     nearest: tuple[str, ...] = field(default=())  # for unknowns: the rule families closest
     finished_by: str = ""  # the evidence that the training finished, when it decided
-    # what NVRx reported (wrapper.nvrx_verdict.NvrxFindings), for the outcome record
+    # what NVRx reported (wrapper.classifier.nvrx_verdict.NvrxFindings), for the outcome record
     nvrx: Any = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -553,7 +553,7 @@ def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: _Facts, rule
 def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: _Facts) -> Diagnosis:
     """Abort only on deterministic evidence: when the log also shows a failure a restart
     may fix (a start-up race, the network, a remote service, storage I/O), the cost table
-    decides between the readings (wrapper.costs.least_regret): retry once, and the same
+    decides between the readings (wrapper.classifier.costs.least_regret): retry once, and the same
     failure again aborts."""
     if (diagnosis.decision is not Decision.ABORT or _is_user_rule(winner)
             or _matched_by_status(winner, facts)):
@@ -655,7 +655,7 @@ def _error_file_hits(scanner: LineScanner, error_files: Sequence[Path]) -> None:
 
 def classify(evidence: Evidence, rules: RuleSet,
              tails: Sequence[SummaryBlock] | None = None) -> Diagnosis:
-    """The rule engine's diagnosis of one attempt (:func:`wrapper.verdict.judge` adds
+    """The rule engine's diagnosis of one attempt (:func:`wrapper.classifier.verdict.judge` adds
     what NVRx and the launcher reported: call that, it is the one judge)."""
     if tails is None:
         tails = [SummaryBlock(source="launcher", lines=tuple(evidence.launcher_summary_lines),
@@ -697,14 +697,6 @@ def _scan_log(path: Path, reader: _BlockReader) -> SummaryBlock:
             if not chunk:
                 break
     return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
-
-
-def classify_artifacts(**kwargs: Any) -> Diagnosis:
-    """Diagnose saved artifacts: :func:`wrapper.verdict.classify_artifacts` (kept here
-    for the callers of this older path)."""
-    from wrapper.verdict import classify_artifacts as judge_artifacts
-
-    return judge_artifacts(**kwargs)
 
 
 def format_diagnosis(diagnosis: Diagnosis, *, explain: bool = False) -> str:

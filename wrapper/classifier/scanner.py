@@ -3,7 +3,7 @@
 ``feed`` is called for every line the training prints, so it must be cheap: a
 prefilter rejects the ordinary line with one C-level search, and ``feed_text`` runs it
 over a whole block (Hyperscan when installed, else a literal-anchor regex: see
-wrapper/prefilter.py); only lines it proposes are tested rule by rule with ``re``, so
+wrapper/classifier/prefilter.py); only lines it proposes are tested rule by rule with ``re``, so
 the engine never changes which rule matched or where. ANSI colour
 codes are removed before matching. Hits are kept per rule (the first and the last
 few), so a flood of cascade lines can never push the root cause out.
@@ -16,11 +16,11 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from wrapper.launcher_logs import strip_ansi
-from wrapper.prefilter import make_prefilter
+from wrapper.classifier.launcher_logs import strip_ansi
+from wrapper.classifier.prefilter import make_prefilter
 
 if TYPE_CHECKING:
-    from wrapper.rules import RuleSet
+    from wrapper.classifier.rules import RuleSet
 
 _KEEP_PER_RULE = 8  # first N and last N hits of each rule
 _MAX_TEXT = 1000  # evidence text kept per hit (a window around the match)

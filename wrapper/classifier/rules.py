@@ -3,7 +3,7 @@
 A rule says what it matches (exit codes, signals, log regexes, torchelastic
 error-file exception types, Megatron tracker statuses, the launcher, run-state flags),
 which category the failure is in, what to decide, and a hint for the user. The shipped
-catalogue is ``wrapper/catalogue.yaml``; users add rules with ``--rules FILE.yaml``.
+catalogue is ``wrapper/classifier/catalogue.yaml``; users add rules with ``--rules FILE.yaml``.
 
 Precedence is deterministic: user files first, in the order given, then the catalogue;
 within a file, file order. A user rule with the id of a catalogue rule replaces it.
@@ -34,7 +34,7 @@ _RULE_KEYS = {
     "counts_as_failure", "escalate", "deterministic", "exhausts_retries", "trust_exception_type",
     "cites", "marks",
 }
-# What a `marks` rule's line is evidence of (never a failure cause, see wrapper/success.py):
+# What a `marks` rule's line is evidence of (never a failure cause, see wrapper/classifier/success.py):
 # the training finished, or the launcher restarted its workers (a new round began).
 MARKS = ("success", "restart")
 _MATCH_KEYS = {

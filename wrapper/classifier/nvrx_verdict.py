@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from wrapper.nvrx_watch import NvrxWatch, StragglerReport
+from wrapper.classifier.nvrx_watch import NvrxWatch, StragglerReport
 
 INPROCESS_RULE = "nvrx-inprocess-restart-abort"
 STRAGGLER_RULE = "nvrx-straggler-stop"

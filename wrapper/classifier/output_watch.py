@@ -4,7 +4,7 @@ One reader for both paths to a decision: ``resched wrap`` feeds it the blocks it
 forwards while the training runs, ``resched classify`` feeds it a saved log in blocks.
 It holds the rule scanner's hits, what NVRx reported (in-process restarts, straggler
 reports, the launcher's own result), how far the training got (progress lines) and the
-launcher's in-job restarts; :func:`wrapper.verdict.judge` decides on it.
+launcher's in-job restarts; :func:`wrapper.classifier.verdict.judge` decides on it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from wrapper.launchers import IN_JOB_RESTART
-from wrapper.nvrx_watch import NvrxWatch
+from wrapper.classifier.nvrx_watch import NvrxWatch
 from wrapper.stop_outcome import StepTracker
 
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from wrapper.rules import RuleSet
-from wrapper.scanner import LogHit
+from wrapper.classifier.rules import RuleSet
+from wrapper.classifier.scanner import LogHit
 
 
 @dataclass(frozen=True)

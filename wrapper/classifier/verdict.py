@@ -2,7 +2,7 @@
 classify` alike.
 
 Both commands collect the same evidence: the exit status, the output read by an
-:class:`~wrapper.output_watch.OutputWatch` (rule hits, NVRx reports, progress, launcher
+:class:`~wrapper.classifier.output_watch.OutputWatch` (rule hits, NVRx reports, progress, launcher
 restarts), torchelastic error files, the launcher's failure summary, the Megatron tracker
 file, the finished flag. ``wrap`` reads the output while it streams, ``classify`` from
 saved logs; from there on both call :func:`judge`, so the same evidence gives the same
@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from wrapper.classify import Diagnosis, Evidence, _scan_log, classify
-from wrapper.launcher_logs import SummaryBlock
-from wrapper.nvrx_verdict import apply_nvrx
-from wrapper.nvrx_watch import NvrxWatch
-from wrapper.output_watch import OutputWatch
-from wrapper.rules import RuleSet
-from wrapper.scanner import LineScanner
+from wrapper.classifier.classify import Diagnosis, Evidence, _scan_log, classify
+from wrapper.classifier.launcher_logs import SummaryBlock
+from wrapper.classifier.nvrx_verdict import apply_nvrx
+from wrapper.classifier.nvrx_watch import NvrxWatch
+from wrapper.classifier.output_watch import OutputWatch
+from wrapper.classifier.rules import RuleSet
+from wrapper.classifier.scanner import LineScanner
 
 __all__ = ["classify_artifacts", "judge", "judge_mapping"]
 
