@@ -42,3 +42,13 @@ def test_progress_says_finished_only_at_its_end() -> None:
     assert not reached_last_step(99, 100) and not reached_last_step(None, 100)
     assert not reached_last_step(5, None) and not reached_last_step(0, 0)
     assert stopped_short(99, 100) and not stopped_short(100, 100) and not stopped_short(None, 5)
+
+
+def test_only_megatrons_training_line_names_the_end_of_training() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    tracker.feed("epoch 1 iteration 500/500 loss 2.0\neval iteration 40/40\n")
+    assert (tracker.iteration, tracker.total_steps) == (None, None)  # an epoch's end is not
+    tracker.feed(" [2026-11-21 03:15:40] iteration      120/    1000 | consumed samples: 15360 |\n")
+    assert (tracker.iteration, tracker.total_steps) == (120, 1000)

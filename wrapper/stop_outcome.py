@@ -27,6 +27,10 @@ _STEP_PATTERNS = (
 # before the literal is checked by hand; "step" is searched in the lowered text.
 _ITERATION_FAST = re.compile(r"iteration\s+(\d+)\s*/\s*(\d+)")
 _STEP_FAST = re.compile(r"step[\s=:]+(\d+)\b")
+# Only Megatron's own training line names --train-iters as its TOTAL (training_log():
+# " iteration N/ TOTAL | consumed samples: ..."); an "iteration 500/500" of an epoch or
+# an eval loop says nothing about the end of training.
+_MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 
 
 def _word_char(char: str) -> bool:
@@ -78,8 +82,9 @@ class StepTracker:
             for match in _ITERATION_FAST.finditer(text):
                 if _starts_word(text, match.start()):
                     self._saw(match.group(1))
-                    self.iteration = max(self.iteration or 0, int(match.group(1)))
-                    self.total_steps = int(match.group(2))
+                    if _MEGATRON_TAIL.match(text, match.end()):
+                        self.iteration = max(self.iteration or 0, int(match.group(1)))
+                        self.total_steps = int(match.group(2))
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.
