@@ -53,6 +53,9 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("NVRM: Xid (0000:01:00): 144, NVLINK: SAW error", "gpu-hardware-fault", "reschedule"),
     ("NVRM: Xid (PCI:0000:3b:00): 31, pid=7, Ch 00000008, intr 10000000. MMU Fault", "cuda-illegal-memory-access", "retry"),
     ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "gpu-hardware-fault", "reschedule"),
+    # no GPU / driver visible to the process: torch.cuda's own assertion, not a user error
+    ("AssertionError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver", "gpu-driver-fabric-fault", "reschedule"),
+    ("RuntimeError: No CUDA GPUs are available", "gpu-driver-fabric-fault", "reschedule"),
     ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", "gpu-hardware-fault", "reschedule"),
     ("THCudaCheck FAIL file=THCStorage.cu line=66 error=46 : all CUDA-capable devices are busy or unavailable", "gpu-hardware-fault", "reschedule"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-program-error", "abort"),
