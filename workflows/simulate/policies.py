@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from workflows.simulate.failures import FailureKind
-from wrapper.classifier.classify import Diagnosis, Evidence, LineScanner, classify
+from wrapper.classifier import Diagnosis, Evidence, LineScanner, judge
 from wrapper.decision import Decision
 from wrapper.history import History, with_outcome
 from wrapper.policy import Budgets, decide
@@ -54,13 +54,14 @@ class Policy(Protocol):
 
 
 def diagnose(kind: FailureKind, rules: RuleSet) -> Diagnosis:
-    """The real classifier on the kind's log lines and exit."""
+    """The real judge (the one `resched wrap` and `resched classify` use) on the kind's
+    log lines and exit."""
     scanner = LineScanner(rules)
     for line in kind.log:
         scanner.feed(line, "stderr")
     evidence = Evidence(exit_code=kind.exit_code, signal=kind.signal, hits=scanner.hits,
                         hung=kind.detection == "hang")
-    return classify(evidence, rules)
+    return judge(evidence, rules)
 
 
 @dataclass
