@@ -6,7 +6,8 @@
 The yaml has the format of tests/fixtures/holdout/holdout.yaml: ``entries:``, each with
 ``id`` (its log is ``logs/<id>.log`` next to the yaml), ``label`` (the right decision:
 retry / reschedule / abort / complete), ``exit_code`` or ``signal`` when known, and
-optionally ``family`` (the failure family, for a per-family line) and ``url``.
+optionally ``family`` (the failure family, for a per-family line), ``url``, and ``log``
+(the log's path relative to the yaml, instead of ``logs/<id>.log``).
 
 Every log goes through ``classify_artifacts`` (the path of ``resched classify``, the
 same judge ``resched wrap`` uses). Printed: the 4-way confusion matrix (right label x
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wrapper.classifier import classify_artifacts  # noqa: E402
 from wrapper.classifier.costs import WORST, catastrophic, cost  # noqa: E402
-from wrapper.classifier.rules import load_rules  # noqa: E402
+from wrapper.classifier.rules import load_rules, parse_signal  # noqa: E402
 
 LABELS = ("retry", "reschedule", "abort", "complete")
 
@@ -41,7 +42,10 @@ def load(index: Path) -> list[dict]:
         if entry.get("label") not in LABELS:
             raise SystemExit(f"{index}: entry {entry.get('id')!r}: label {entry.get('label')!r} "
                              f"is not one of {', '.join(LABELS)}")
-        log = index.parent / "logs" / f"{entry['id']}.log"
+        # logs/<id>.log next to the yaml, or the entry's own `log` (relative to the yaml)
+        log = index.parent / (entry.get("log") or f"logs/{entry['id']}.log")
+        if isinstance(entry.get("signal"), str):  # "SIGKILL", "KILL" or "9"
+            entry["signal"] = parse_signal(entry["signal"])
         if not log.is_file():
             raise SystemExit(f"{index}: entry {entry['id']!r}: no log at {log}")
         entry["_log"] = log

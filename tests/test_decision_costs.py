@@ -52,3 +52,31 @@ def test_only_megatrons_training_line_names_the_end_of_training() -> None:
     assert (tracker.iteration, tracker.total_steps) == (None, None)  # an epoch's end is not
     tracker.feed(" [2026-11-21 03:15:40] iteration      120/    1000 | consumed samples: 15360 |\n")
     assert (tracker.iteration, tracker.total_steps) == (120, 1000)
+
+
+def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:
+    """benchmarks/classify_accuracy.py on a two-log set: a hub 504 labelled retry (right)
+    and the same log labelled abort (resched retries it: a wrong, not catastrophic,
+    decision); a finished training labelled retry would be catastrophic if completed."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for name in ("hub-504", "hf-finished-then-nccl-teardown"):
+        shutil.copy(repo / "tests" / "fixtures" / "logs" / f"{name}.log", logs / f"{name}.log")
+    shutil.copy(logs / "hub-504.log", logs / "hub-504-b.log")
+    (tmp_path / "set.yaml").write_text(
+        "entries:\n"
+        "  - {id: hub-504, label: retry, exit_code: 1, family: remote}\n"
+        "  - {id: hub-504-b, label: abort, exit_code: 1, family: remote}\n"
+        "  - {id: hf-finished-then-nccl-teardown, label: retry, exit_code: 1, family: teardown}\n")
+    out = subprocess.run([sys.executable, str(repo / "benchmarks" / "classify_accuracy.py"),
+                          str(tmp_path / "set.yaml")], capture_output=True, text=True, check=True,
+                         cwd=repo).stdout
+    assert "right: 1/3" in out and "catastrophic: 1" in out  # complete of a 'retry' run
+    assert "hf-finished-then-nccl-teardown: right retry, resched complete" in out
+    assert "remote: 1/2" in out and "teardown: 0/1" in out
