@@ -1,0 +1,84 @@
+"""Progress read from a task's checkpoint folders, for trainings that print none.
+
+A Lightning training (whose progress bar prints nothing line by line when stdout is not
+a terminal) or a DCP loop says nothing resched can read, but every save leaves the
+framework's own files: ``epoch=E-step=N.ckpt`` / ``last.ckpt``, ``checkpoint-N/``,
+``iter_N/`` + tracker, ``global_stepN/`` + ``latest``, a DCP folder's ``.metadata``.
+The step a framework would resume from (:func:`wrapper.checkpoint.snapshot.checkpoint_step`,
+the same verdict uploads use) growing is a save, and the training reached that step.
+
+Events it adds (``source="checkpoint-folder"``), only where the training's own lines
+did not already say it: ``checkpoint_saved`` for a newer step, and ``step`` when the
+training prints no step lines at all (then steps are seen at saves only).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from workflows.backends.local.timeline import Event, Timeline
+from wrapper.checkpoint.snapshot import checkpoint_step
+
+SOURCE = "checkpoint-folder"
+POLL_S = 0.5
+
+
+class CheckpointProgress:
+    """Watches the checkpoint folders of one run of a task."""
+
+    def __init__(self, task: str, attempt: int, folders: Sequence[Path], timeline: Timeline, *,
+                 poll_s: float = POLL_S,
+                 step_of: Callable[[Path], int | None] = checkpoint_step) -> None:
+        self.task, self.attempt, self.folders = task, attempt, tuple(folders)
+        self.timeline, self.poll_s, self.step_of = timeline, poll_s, step_of
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._said_saved: set[int] = set()  # steps the training's lines called saved
+        self._step_lines = False  # the training prints its own step lines
+        self.last: int | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"ckpt-progress-{task}",
+                                        daemon=True)
+        timeline.listen(self._on_event)
+
+    def start(self) -> None:
+        self.last = self.current()  # what was restored is not a save of this run
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop polling after one last look (a save right before the exit counts)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.poll()
+
+    def current(self) -> int | None:
+        steps = [s for s in (self.step_of(f) for f in self.folders) if s is not None]
+        return max(steps) if steps else None
+
+    def _on_event(self, event: Event) -> None:
+        if event.task != self.task or event.fields.get("source") == SOURCE:
+            return
+        with self._lock:
+            if event.kind == "step":
+                self._step_lines = True
+            elif event.kind == "checkpoint_saved" and isinstance(event.fields.get("step"), int):
+                self._said_saved.add(event.fields["step"])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def poll(self) -> None:
+        step = self.current()
+        if step is None or (self.last is not None and step <= self.last):
+            return
+        self.last = step
+        with self._lock:
+            said, lines = step in self._said_saved, self._step_lines
+        if not said:
+            self.timeline.add("checkpoint_saved", self.task, attempt=self.attempt, step=step,
+                              source=SOURCE)
+        if not lines:
+            self.timeline.add("step", self.task, attempt=self.attempt, step=step, source=SOURCE)
