@@ -29,7 +29,7 @@ class CheckpointProgress:
     """Watches the checkpoint folders of one run of a task."""
 
     def __init__(self, task: str, attempt: int, folders: Sequence[Path], timeline: Timeline, *,
-                 poll_s: float = POLL_S,
+                 restored: int | None = None, poll_s: float = POLL_S,
                  step_of: Callable[[Path], int | None] = checkpoint_step) -> None:
         self.task, self.attempt, self.folders = task, attempt, tuple(folders)
         self.timeline, self.poll_s, self.step_of = timeline, poll_s, step_of
@@ -37,13 +37,17 @@ class CheckpointProgress:
         self._lock = threading.Lock()
         self._said_saved: set[int] = set()  # steps the training's lines called saved
         self._step_lines = False  # the training prints its own step lines
-        self.last: int | None = None
+        # a step restored into the folder (inputs staged for this pod, the wrapper's
+        # restore) is no save of this run, whenever the copy lands
+        self.last: int | None = restored
         self._thread = threading.Thread(target=self._loop, name=f"ckpt-progress-{task}",
                                         daemon=True)
         timeline.listen(self._on_event)
 
     def start(self) -> None:
-        self.last = self.current()  # what was restored is not a save of this run
+        now = self.current()  # what is there already is not a save of this run
+        if now is not None and (self.last is None or now > self.last):
+            self.last = now
         self._thread.start()
 
     def stop(self) -> None:
@@ -60,6 +64,11 @@ class CheckpointProgress:
     def _on_event(self, event: Event) -> None:
         if event.task != self.task or event.fields.get("source") == SOURCE:
             return
+        restored = event.fields.get("step")
+        if event.kind == "wrapper_checkpoint_restored" and isinstance(restored, int):
+            with self._lock:
+                self.last = max(self.last or 0, restored)
+            return
         with self._lock:
             if event.kind == "step":
                 self._step_lines = True
@@ -72,10 +81,10 @@ class CheckpointProgress:
 
     def poll(self) -> None:
         step = self.current()
-        if step is None or (self.last is not None and step <= self.last):
-            return
-        self.last = step
         with self._lock:
+            if step is None or (self.last is not None and step <= self.last):
+                return
+            self.last = step
             said, lines = step in self._said_saved, self._step_lines
         if not said:
             self.timeline.add("checkpoint_saved", self.task, attempt=self.attempt, step=step,

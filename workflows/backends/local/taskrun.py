@@ -203,7 +203,11 @@ def start_run(task: PlannedTask, retry_id: int, attempt: int, pod_dir: Path, ctx
     folders = [taskfs.host_path(entry.path, pod_dir) if ctx.view_mode != "rewrite" else Path(
         taskfs.rewrite_tmp(entry.path, pod_dir)) for entry in task.checkpoints]
     if folders:
-        run.ckpt_progress = CheckpointProgress(task.name, attempt, folders, ctx.timeline)
+        staged = [e.fields["step"] for e in ctx.timeline.events if e.kind == "inputs_staged"
+                  and e.task == task.name and e.fields.get("retry_id") == retry_id
+                  and isinstance(e.fields.get("step"), int)]
+        run.ckpt_progress = CheckpointProgress(task.name, attempt, folders, ctx.timeline,
+                                               restored=max(staged, default=None))
         run.ckpt_progress.start()
     log = run.log = log_path.open("ab")
     lock = threading.Lock()

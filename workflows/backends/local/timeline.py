@@ -27,7 +27,9 @@ from typing import Any
 from wrapper.launcher_logs import strip_ansi
 from wrapper.progress_lines import ProgressKind, ProgressMatch, matches
 
-_WRAPPER_EVENT = re.compile(r"^resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
+# searched, not matched at the start: the wrapper's line may follow a progress bar that
+# the training left without a line end (tqdm's last redraw before a crash)
+_WRAPPER_EVENT = re.compile(r"(?:^|\]|\r)\s*resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
 # progress kind -> timeline event kind
 _EVENT_KIND = {
     ProgressKind.STEP: "step", ProgressKind.RESUMED: "training_resumed",
@@ -83,7 +85,7 @@ def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int,
     ``resumed_step`` names the step a resume line loaded when the line does not (Lightning
     restores ``last.ckpt``): the step its checkpoint folder holds at that moment."""
     text = strip_ansi(line).rstrip("\r\n")
-    match = _WRAPPER_EVENT.match(text)
+    match = _WRAPPER_EVENT.search(text) if "resched: event " in text else None
     if match:
         try:
             data = json.loads(match.group("json"))
