@@ -12,6 +12,10 @@ from workflows.backends.local.inject import inject
 from workflows.backends.local.taskrun import TaskRun
 from workflows.backends.local.timeline import Event, Timeline
 
+# A random clock that has seen no training step for this long (or one MTBF, if longer)
+# says so and counts run time instead: longer than any start-up (imports, staging).
+NO_PROGRESS_S = 60.0
+
 # a new attempt of a task's training: the wrapper's in-place retry or a new pod
 _RESTART = ("wrapper_attempt_started", "attempt_restarted")
 
@@ -41,8 +45,8 @@ class ChaosDriver:
 
     A fault that cannot fire says so at once (``on_warning``, one line): an ``Nckpt``
     fault on a task with no ``checkpoint:`` upload to count; a random clock that waits
-    for a first training step the training never shows (after one MTBF of run time it
-    counts wall time instead)."""
+    for a first training step the training never shows (after one MTBF of run time, at
+    least NO_PROGRESS_S, it counts run time instead, until a step is seen)."""
 
     def __init__(self, plan: ChaosPlan, task_names: Sequence[str], timeline: Timeline, *,
                  stop_grace_s: float, clock: Callable[[], float] = time.monotonic,
@@ -89,6 +93,7 @@ class ChaosDriver:
                 self._recovering = self._restarted = False  # progress since the restart
         elif event.kind == "step":
             self.last_step_t = event.t
+            self._wall_clock_random = False  # progress is visible: back to training time
             if self._restarted:
                 self._recovering = self._restarted = False
         elif event.kind in _RESTART and self._recovering and event.t >= self.last_fired_t:
@@ -117,7 +122,8 @@ class ChaosDriver:
                 fired.append(self.fired[-1])
         random_plan = self.plan.random
         if (random_plan is not None and self._awaiting_progress and not self._wall_clock_random
-                and self.last_step_t == float("-inf") and elapsed >= random_plan.mtbf_s):
+                and self.last_step_t == float("-inf")
+                and elapsed >= max(random_plan.mtbf_s, NO_PROGRESS_S)):
             self._wall_clock_random = True
             self._warn(f"chaos random:mtbf={random_plan.mtbf_s:g}s: no training step seen in "
                        f"{elapsed:.0f} s (the training prints no progress line resched reads "
