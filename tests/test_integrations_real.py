@@ -19,7 +19,7 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLES = REPO / "examples" / "frameworks"
 CASES = {
-    "hf": ("hf_trainer.py", ["--callback"]),
+    "hf": ("hf_trainer.py", ["--callback"]),  # ~15-25 s on 2 busy cores: marked slow below
     "lightning": ("lightning_train.py", ["--callback"]),
     "loop": ("plain_loop.py", []),
 }
@@ -34,7 +34,10 @@ def _start(tmp_path: Path, name: str, *args: str) -> subprocess.Popen[str]:
         text=True)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+NAMES = [pytest.param(n, marks=pytest.mark.slow) if n == "hf" else n for n in sorted(CASES)]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_every_step_the_finish_line_and_the_flag(tmp_path: Path, name: str) -> None:
     proc = _start(tmp_path, name, "--max-steps", "12", "--save-steps", "5")
     out, _ = proc.communicate(timeout=180)
@@ -45,7 +48,7 @@ def test_every_step_the_finish_line_and_the_flag(tmp_path: Path, name: str) -> N
     assert (tmp_path / "finished.flag").read_text().strip() == "12"
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_stop_signal_saves_at_the_step_boundary_and_leaves(tmp_path: Path, name: str) -> None:
     proc = _start(tmp_path, name, "--max-steps", "500", "--save-steps", "1000",
                   "--step-time", "0.05")
