@@ -66,3 +66,18 @@ def test_another_tasks_lines_do_not_count() -> None:
     watch.poll()
     watch.stop()
     assert [k for k, _s, _t in _kinds(timeline)] == ["checkpoint_saved", "step"]
+
+
+def test_step_time_ignores_lines_read_in_one_burst() -> None:
+    from workflows.backends.local.report import step_time
+    from workflows.backends.local.timeline import Event
+
+    def step(t: float, n: int) -> Event:
+        return Event(t=t, kind="step", task="train", fields={"attempt": 1, "step": n})
+
+    # steps every 0.3 s, but steps 4-6 were read together after the reader paused
+    events = [step(0.3, 1), step(0.6, 2), step(0.9, 3), step(1.8, 4), step(1.80001, 5),
+              step(1.80002, 6), step(2.1, 7), step(2.4, 8)]
+    assert abs(step_time(events) - 0.3) < 1e-3  # not the microseconds inside the burst
+    rounded = [Event(t=round(e.t, 4), kind=e.kind, task=e.task, fields=e.fields) for e in events]
+    assert abs(step_time(rounded) - step_time(events)) < 1e-3  # the report read back agrees

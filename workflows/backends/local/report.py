@@ -113,10 +113,18 @@ def checkpoint_interval(events: Sequence[Event], task: str | None) -> float | No
     return None
 
 
+BURST_S = 0.002  # step lines closer than this were read together, not stepped apart
+
+
 def step_time(steps: Sequence[Event]) -> float | None:
     """Median seconds per step. From consecutive step lines when the training prints every
     step; else per step over the gaps it shows (a progress bar redraws at most every
     0.1 s, a training seen only at its saves shows one step per checkpoint)."""
+    # Lines read in one chunk (a progress bar's redraws after a pause of the reader) carry
+    # the time they were read, microseconds apart: only the last of such a burst keeps
+    # its time (and the report read back, whose times are rounded, agrees).
+    steps = [e for e, after in itertools.zip_longest(steps, steps[1:])
+             if after is None or after.t - e.t > BURST_S]
     pairs = [(a, b) for a, b in itertools.pairwise(steps)
              if a.fields.get("attempt") == b.fields.get("attempt") and b.t > a.t]
     gaps = [b.t - a.t for a, b in pairs if b.fields["step"] == a.fields["step"] + 1]
