@@ -239,7 +239,8 @@ def test_another_workflows_task_input_is_osmos_business_not_the_emulators(tmp_pa
     spec = tmp_path / "wf.yaml"
     spec.write_text('workflow:\n  name: w\n  tasks:\n  - name: a\n    command: ["true"]\n'
                     '    inputs:\n    - task: "wf-12:b"\n')
-    sent = CliRunner().invoke(main, ["submit", "--backend", "osmo", "--dry-run", str(spec)])
+    sent = CliRunner().invoke(main, ["submit", "--backend", "osmo", "--dry-run", "--show-spec",
+                                     str(spec)])
     assert sent.exit_code == 0, sent.output
     assert 'wf-12:b' in sent.output
     for backend in ("local", "slurm"):

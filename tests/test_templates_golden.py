@@ -26,7 +26,10 @@ GOLDEN = Path(__file__).parent / "golden" / "templates"
 TEMPLATES = {t.name: t.path for t in list_templates()}
 SHIPPED = ("single-node-torchrun", "multi-node-torchrun", "multi-node-ft-launcher")
 USER_BUCKET = "upload_location=s3://team/run7"
+# an image that says it has resched (docker/Dockerfile's tag): the stock NGC default lacks it
+USER_IMAGE = "image=registry.example/team/resched-pytorch:25.01-py3"
 CASES = {"default": ValueOptions(), "s3-team-run7": ValueOptions(sets=(USER_BUCKET,))}
+USER_SETUP = ValueOptions(sets=(USER_BUCKET, USER_IMAGE))
 
 
 def test_the_three_templates_are_shipped() -> None:
@@ -52,15 +55,18 @@ def _lint(name: str, options: ValueOptions, **lint: Any) -> list[tuple[str, str,
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_with_a_user_bucket_only_the_pool_reminder_remains(name: str) -> None:
-    assert [f[:2] for f in _lint(name, CASES["s3-team-run7"])] == [("RS004", "info")]
-    assert _lint(name, CASES["s3-team-run7"], pool_retry_limit=3) == []
+def test_with_a_user_bucket_and_image_only_the_pool_reminder_remains(name: str) -> None:
+    assert [f[:2] for f in _lint(name, USER_SETUP)] == [("RS004", "info")]
+    assert _lint(name, USER_SETUP, pool_retry_limit=3) == []
+    # the stock image of the defaults has no resched: said, for OSMO only (RS019)
+    assert {f[:2] for f in _lint(name, CASES["s3-team-run7"], pool_retry_limit=3)} == {
+        ("RS019", "warning")}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_defaults_are_for_the_local_executor(name: str) -> None:
     assert _lint(name, CASES["default"], target="local") == []
-    assert {f[0] for f in _lint(name, CASES["default"], target="osmo")} == {"RS002", "RS004"}
+    assert {f[0] for f in _lint(name, CASES["default"], target="osmo")} == {"RS002", "RS004", "RS019"}
 
 
 @pytest.mark.parametrize("name", ["multi-node-torchrun", "multi-node-ft-launcher"])

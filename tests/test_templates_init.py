@@ -54,7 +54,8 @@ def test_the_initialised_job_lints_clean_with_a_user_bucket(tmp_path: Path, monk
     init_template("multi-node-torchrun", tmp_path / "job")
     monkeypatch.chdir(tmp_path)  # localpath resolves from the spec's folder, not the cwd
     result = CliRunner().invoke(
-        main, ["lint", "job/train.yaml", "--set", "upload_location=s3://team/run7", "--pool-retry-limit", "2"]
+        main, ["lint", "job/train.yaml", "--set", "upload_location=s3://team/run7", "--pool-retry-limit", "2",
+               "--set", "image=registry.example/team/resched-pytorch:25.01-py3"]
     )
     assert result.exit_code == 0, result.output
     assert result.stdout == ""

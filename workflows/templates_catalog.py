@@ -6,10 +6,16 @@ every file the template uploads through a relative ``localpath:`` (found by rend
 with its default values), dereferencing symlinks. A user file is never overwritten
 silently: without ``force`` the init is refused; with it, the old file is kept as
 ``<name>.bak``.
+
+``resched init NAME DIR --script train.py --script-args "..."`` starts from the user's own
+script instead of the example: the script is copied next to the spec (instead of the
+template's example) and ``DIR/values.yaml`` names it (``train_script``) and its flags
+(``script_args``), for ``-f DIR/values.yaml``. Only templates that take ``script_args``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +24,8 @@ from workflows.errors import UsageError
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 SPEC_NAME = "train.yaml"
+VALUES_NAME = "values.yaml"
+SCRIPT_VALUE = "script_args"
 
 
 @dataclass(frozen=True)
@@ -104,12 +112,24 @@ def _backup_name(path: Path) -> Path:
     return backup
 
 
-def init_template(name: str, directory: Path, *, force: bool = False) -> InitResult:
-    """Copy template ``name`` to ``directory/train.yaml`` plus the files it uploads."""
+def init_template(name: str, directory: Path, *, force: bool = False,
+                  script: Path | None = None, script_args: str = "") -> InitResult:
+    """Copy template ``name`` to ``directory/train.yaml`` plus the files it uploads (or,
+    with ``script``, that script and a ``values.yaml`` naming it)."""
     template = find_template(name)
-    copies = [(template.path, directory / SPEC_NAME)] + [
-        (template.path.parent / rel, directory / rel) for rel in referenced_files(template)
-    ]
+    copies = [(template.path, directory / SPEC_NAME)]
+    values_text = None
+    if script is None:
+        copies += [(template.path.parent / rel, directory / rel)
+                   for rel in referenced_files(template)]
+    else:
+        _check_takes_script(template)
+        if not script.is_file():
+            raise UsageError(f"--script {script}: no such file", fix="give the path of your training script")
+        copies.append((script, directory / script.name))
+        values_text = (f"# resched init {name} --script {script.name}: use with -f {VALUES_NAME}\n"
+                       f"train_script: {json.dumps(script.name)}\n"
+                       f"{SCRIPT_VALUE}: {json.dumps(script_args)}\n")
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} exists and is not a directory", fix="choose another DIR")
     # A file that already holds exactly what we would write is no user file at risk.
@@ -132,4 +152,35 @@ def init_template(name: str, directory: Path, *, force: bool = False) -> InitRes
     for source, dest in copies:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(source.resolve(), dest)  # dereferences symlinks (train.py), keeps mode
-    return InitResult(tuple(dest for _, dest in copies), tuple(backups))
+    written = [dest for _, dest in copies]
+    if values_text is not None:
+        written.append(_write_new(directory / VALUES_NAME, values_text, force=force,
+                                  backups=backups))
+    return InitResult(tuple(written), tuple(backups))
+
+
+def _check_takes_script(template: Template) -> None:
+    from workflows.values import safe_load_yaml
+
+    head = template.path.read_text(encoding="utf-8").split("\nworkflow:", 1)[0]
+    defaults = (safe_load_yaml(head) or {}).get("default-values") or {}
+    if SCRIPT_VALUE not in defaults:
+        takes = [t.name for t in list_templates() if t.path != template.path
+                 and SCRIPT_VALUE in t.path.read_text(encoding="utf-8")]
+        raise UsageError(f"template {template.name} does not take your own script (no "
+                         f"{SCRIPT_VALUE} value)", fix=f"use one of: {', '.join(takes)}")
+
+
+def _write_new(path: Path, text: str, *, force: bool, backups: list[Path]) -> Path:
+    """Write ``path``; an existing different file is refused, or kept as .bak with force."""
+    if path.exists() or path.is_symlink():
+        if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
+            return path
+        if not force:
+            raise UsageError(f"refusing to overwrite {path}",
+                             fix="choose an empty DIR, or pass --force (the old file is kept as .bak)")
+        backup = _backup_name(path)
+        path.rename(backup)
+        backups.append(backup)
+    path.write_text(text, encoding="utf-8")
+    return path

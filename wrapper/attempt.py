@@ -39,6 +39,7 @@ from wrapper.outcome import (
     write_json_atomic,
 )
 from wrapper.stop_outcome import StepTracker, judge_stop
+from wrapper.teardown import FinishWatch
 from wrapper.supervise import SignalRelay, SupervisedRun, SuperviseOptions, Supervisor
 
 
@@ -72,21 +73,34 @@ class AttemptRunner:
         })
         env = self._attempt_env(attempt, artifacts)  # a fresh heartbeat file first
         feed = _ScanFeed(self.judge.new_scanner(), self.heartbeat_file)
+        flag = config.expect_finished_flag
+        feed.finish = FinishWatch(clock=self.clock, last_step=lambda: feed.steps.last_step,
+                                  flag=flag.absolute() if flag is not None else None)
         supervisor = Supervisor(
             config.command, env=env,
             options=SuperviseOptions(grace_s=config.grace_s, hang_grace_s=config.hang_grace_s,
-                                     hang=hang,
+                                     hang=hang, teardown_timeout_s=config.teardown_timeout_s,
                                      heartbeat_file=self.heartbeat_file, poll_s=config.poll_s),
             feed_text=feed, relay=self.relay, clock=self.clock,
             on_hang=lambda silent, timeout: emit_event("failure_detected", {
                 "attempt": attempt, "kind": "hang", "silent_s": round(silent, 3),
                 "timeout_s": timeout}),
+            finished=feed.finish.finished,
         )
         run = supervisor.run()
+        if run.teardown is not None:
+            say(f"the training said it finished ({run.teardown!r}) but its processes had not "
+                f"exited {run.teardown_s:.0f} s later (--teardown-timeout): ended them; "
+                "counted complete")
         feed.heartbeat_file = None  # the attempt is over: no more touches
         self._report_failure(attempt, run)
         _save_tails(artifacts, run)
         evidence = self._evidence(run, artifacts, feed)
+        if run.teardown is not None:
+            # Ended by the wrapper after the training said it was done: the signal it
+            # died of is the wrapper's, not a failure (the record keeps the evidence).
+            evidence = {**evidence, "exit_code": 0, "signal": None, "hung": False,
+                        "expect_finished": True, "finished": True}
         if evidence["exit_code"] == 0 and feed.nvrx.launcher_unhealthy:
             say("note: the launcher exited 0 but reported its workers UNHEALTHY: a failure")
         # One judge (wrapper.classifier.verdict.judge): the same code `resched classify` decides with
@@ -165,8 +179,10 @@ class AttemptRunner:
         elif run.unscanned_lines:
             say(f"note: {run.unscanned_lines} lines came faster than the log scanner and were "
                 "forwarded unscanned (the end of each burst was scanned)")
-        if run.hung or (run.exit_code == 0 and run.signal is None):
-            return  # a hang was reported when it was detected; exit 0 is no failure
+        if run.hung or (run.exit_code == 0 and run.signal is None) or run.teardown is not None:
+            # a hang was reported when it was detected; exit 0 is no failure; nor is a
+            # finished training whose teardown hung (the wrapper ended it)
+            return
         emit_event("failure_detected", {
             "attempt": attempt, "kind": "exit", "exit_code": run.exit_code,
             "signal": run.signal, "stop_signal": run.stop_signal,
@@ -241,6 +257,9 @@ class AttemptRunner:
         if run.launch_error and action is not Decision.ABORT:
             action = Decision.ABORT
             reason = f"{run.launch_error}: a user error, retrying cannot help"
+        if run.teardown is not None and action is Decision.COMPLETE:
+            reason = (f"the training said it finished ({run.teardown!r}) and did not exit "
+                      f"within {run.teardown_s:.0f} s: its teardown was ended; {reason}")
         category, stop_extra = diagnosis.category, {}
         if run.stop_signal is not None:
             verdict = judge_stop(step_before=steps[0], step_after=steps[1],
@@ -284,6 +303,10 @@ class AttemptRunner:
                    "unscanned_lines": run.unscanned_lines,
                    "unscanned_bytes": run.unscanned_bytes,
                    "line_numbers_exact": run.unscanned_lines is not None, **stop_extra,
+                   **({"teardown": {"finished_line": run.teardown,
+                                    "ended_after_s": run.teardown_s,
+                                    "exit_code": run.exit_code, "signal": run.signal}}
+                      if run.teardown is not None else {}),
                    "node_replacement": action is Decision.RESCHEDULE
                    and bool(getattr(decision, "node_replacement", False)),
                    **(nvrx.record_fields() if nvrx is not None else {}),
@@ -303,9 +326,13 @@ class _ScanFeed(OutputWatch):
         super().__init__(scanner)
         self.heartbeat_file = heartbeat_file
         self._heartbeat_mtime = _mtime(heartbeat_file)
+        self.finish: FinishWatch | None = None  # did the training say it is done
 
     def __call__(self, text: str, stream: str) -> None:
-        if self.feed_text(text, stream) and self.heartbeat_file is not None:
+        restarting = self.feed_text(text, stream)
+        if self.finish is not None:
+            self.finish.feed(text)
+        if restarting and self.heartbeat_file is not None:
             if _mtime(self.heartbeat_file) != self._heartbeat_mtime:
                 self.heartbeat_file.touch()
 

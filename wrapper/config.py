@@ -30,6 +30,7 @@ DEFAULT_MAX_NODE_REPLACEMENTS = 8  # reschedules off a blamed node, without prog
 # timing
 DEFAULT_GRACE_S = 30.0
 DEFAULT_HANG_GRACE_S = 5.0
+DEFAULT_TEARDOWN_TIMEOUT_S = 30.0  # wrapper.teardown
 
 # environment: options of `resched wrap`
 RESCHEDULE_CODE_ENV = "RESCHED_RESCHEDULE_CODE"
@@ -40,6 +41,7 @@ GRACE_ENV = "RESCHED_GRACE"
 BACKOFF_ENV = "RESCHED_BACKOFF"
 HANG_GRACE_ENV = "RESCHED_HANG_GRACE"
 HANG_TIMEOUT_ENV = "RESCHED_HANG_TIMEOUT"
+TEARDOWN_TIMEOUT_ENV = "RESCHED_TEARDOWN_TIMEOUT"
 CHECKPOINT_DIR_ENV = "RESCHED_CHECKPOINT_DIR"
 CHECKPOINT_URL_ENV = "RESCHED_CHECKPOINT_URL"
 SYNC_EVERY_ENV = "RESCHED_SYNC_EVERY"
@@ -83,6 +85,8 @@ class WrapConfig:
     stop_signal: int = signal.SIGTERM
     stop_broadcast: bool = False  # the scheduler signals every process (Slurm job steps)
     ft_state: Path | None = None  # NVRx ft_state.json to carry across reschedules
+    # a training that said it finished but does not exit is ended after this (None: never)
+    teardown_timeout_s: float | None = DEFAULT_TEARDOWN_TIMEOUT_S
 
     @property
     def stop_signal_name(self) -> str:

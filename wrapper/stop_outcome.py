@@ -12,6 +12,7 @@ import re
 import signal
 from dataclasses import dataclass
 
+from wrapper import progress_lines
 from wrapper.errors import ReschedError
 
 # Progress lines of the trainings resched knows: its example (``resched-train: step N``),
@@ -78,6 +79,10 @@ class StepTracker:
         self.total_steps: int | None = None
 
     def feed(self, text: str) -> None:
+        if "%|" in text:  # a progress bar (the HF Trainer's counts global steps)
+            for found in progress_lines.matches(text):
+                if found.kind is progress_lines.ProgressKind.STEP and found.step is not None:
+                    self._saw(str(found.step))
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
                 if _starts_word(text, match.start()):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from wrapper.exitwatch import open_pidfd, wait_readable
 from wrapper.hang import HangDetector, HangSettings
+from wrapper.teardown import FinishSeen
 from wrapper.linesink import LineSink, MarkGap, SkipLines
 from wrapper.procgroup import (
     become_subreaper,
@@ -118,6 +119,10 @@ class SupervisedRun:
     # was seen (time.time()) and how long the sweep of the rest of the task took.
     exit_seen_at: float | None = None
     sweep_s: float | None = None
+    # The training said it finished (this line) but did not exit: the wrapper ended it
+    # after --teardown-timeout (wrapper.teardown). None: it exited by itself.
+    teardown: str | None = None
+    teardown_s: float | None = None  # from the finish line to the wrapper's stop
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ class SuperviseOptions:
     tail_lines: int = 200
     stdout_fd: int = 1
     stderr_fd: int = 2
+    teardown_timeout_s: float | None = 30.0  # None: wait for the exit however long
 
 
 _CENSUS_INTERVAL_S = 0.5  # how often the watch loop records the task's process tree
@@ -155,6 +161,7 @@ class Supervisor:
         cwd: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_hang: OnHang | None = None,
+        finished: Callable[[], FinishSeen | None] | None = None,
     ) -> None:
         self.argv = list(argv)
         self.env = dict(env)
@@ -163,6 +170,8 @@ class Supervisor:
         self.cwd = cwd
         self.clock = clock
         self.on_hang = on_hang
+        self.finished = finished
+        self._teardown: tuple[str, float] | None = None
         self._feed_lock = threading.Lock()
         self._feed_text = feed_text
         # A feed that can count skipped lines without scanning them keeps memory flat.
@@ -213,6 +222,8 @@ class Supervisor:
                                          sinks[1].unscanned_line_count),
             unscanned_bytes=sinks[0].unscanned_bytes + sinks[1].unscanned_bytes,
             exit_seen_at=self._exit_seen_at, sweep_s=round(sweep_s, 4),
+            teardown=self._teardown[0] if self._teardown else None,
+            teardown_s=round(self._teardown[1], 3) if self._teardown else None,
         )
 
     def _launch_failed(self, error: OSError, started_wall: float) -> SupervisedRun:
@@ -292,6 +303,9 @@ class Supervisor:
             if kill_deadline is None and self.relay.requested is not None:
                 stop_signal = self.relay.requested  # already forwarded by the relay
                 kill_deadline = now + options.grace_s
+            elif kill_deadline is None and self._torn_down(now, detector):
+                stop_group(proc.pid, signal.SIGTERM)  # nothing left to save: a short grace
+                kill_deadline = now + min(options.grace_s, options.hang_grace_s)
             elif kill_deadline is None and detector.expired(now):
                 hung = True
                 if self.on_hang is not None:
@@ -312,6 +326,20 @@ class Supervisor:
                 pass
         # The forwarded signal may end the child before the loop saw the request.
         return hung, stop_signal or self.relay.requested
+
+    def _torn_down(self, now: float, detector: HangDetector) -> bool:
+        """The training said it finished and has been quiet since for the teardown
+        timeout (or long enough for the hang detector): end it as complete."""
+        timeout = self.options.teardown_timeout_s
+        said = self.finished() if self.finished is not None and timeout is not None else None
+        if said is None or timeout is None:
+            return False
+        since = now - said.at
+        quiet = min(since, detector.silent_for(now))
+        if quiet < timeout and not detector.expired(now):
+            return False
+        self._teardown = (said.evidence, since)
+        return True
 
     def _sweep_group(self, proc: subprocess.Popen[bytes]) -> int:
         """Kill and reap whatever is left of the group; return how many were left.

@@ -66,7 +66,8 @@ def good_workflow() -> dict[str, Any]:
         data: dict[str, Any] = {
             "name": name,
             "lead": lead,
-            "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+            # built from docker/Dockerfile: the name says it has resched (RS019)
+            "image": "registry.example/team/resched-pytorch:25.01-py3",
             "command": ["bash", "/tmp/job/run.sh"],
             "files": [
                 {

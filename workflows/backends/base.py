@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workflows.backends.options import BackendOption, parse_options
 
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 class Request(ABC):
     """What a backend will hand over, fully resolved."""
 
+    #: True: ``--dry-run`` writes the files and prints :meth:`brief` (too long to read)
+    long_request: ClassVar[bool] = False
+
     @abstractmethod
     def materialize(self) -> str:
         """The human-readable exact request (printed by ``--dry-run``)."""
@@ -30,6 +33,11 @@ class Request(ABC):
     @abstractmethod
     def write(self, directory: Path) -> list[Path]:
         """Write the request's files under ``directory`` (``--output DIR``); return them."""
+
+    def brief(self, written: list[Path]) -> str:
+        """A short ``--dry-run`` summary naming the files just written and the exact
+        command that submits them (for a :attr:`long_request`)."""
+        return "\n".join(f"wrote {path}" for path in written)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import yaml
 
@@ -179,6 +179,7 @@ class OsmoRequest(Request):
 
     argv: tuple[str, ...]
     spec_text: str
+    long_request: ClassVar[bool] = True  # tens of KB once localpath files are inlined
 
     def materialize(self) -> str:
         return f"$ {shlex.join(self.argv)}\n# {SPEC_FILE_NAME}:\n{self.spec_text}"
@@ -189,6 +190,26 @@ class OsmoRequest(Request):
         path = directory / SPEC_FILE_NAME
         path.write_bytes(self.spec_text.encode("utf-8", "surrogateescape"))
         return [path]
+
+    def brief(self, written: list[Path]) -> str:
+        """The spec is tens of KB once ``localpath`` files are inlined (once per task that
+        names them, as OSMO needs): name the file and the command instead of printing it."""
+        (path,) = written
+        try:
+            document = safe_load_yaml(self.spec_text)
+        except (YamlLoadError, RecursionError):
+            document = None
+        workflow = document.get("workflow", {}) if isinstance(document, dict) else {}
+        tasks = [t for group in _task_lists(workflow) for t in group if isinstance(t, dict)]
+        inlined = sum(1 for t in tasks for f in t.get("files") or [] if isinstance(f, dict))
+        size = len(self.spec_text.encode("utf-8", "surrogateescape"))
+        argv = [self.argv[0], *self.argv[1:3], str(path), *self.argv[4:]]
+        return "\n".join([
+            f"wrote {path} ({size / 1024:.1f} KiB: workflow {workflow.get('name', '?')}, "
+            f"{len(tasks)} task(s), {inlined} file(s) inlined)",
+            f"submit it with:  {shlex.join(argv)}",
+            "(or run the same resched submit command without --dry-run; --show-spec prints the spec)",
+        ])
 
 
 OPTIONS = (

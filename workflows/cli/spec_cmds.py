@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from workflows.cli.common import FiniteFloat, ValuesCommand, bounded_int, path_kind, values_options
+from workflows.errors import UsageError
 from workflows.lint import Finding, LintOptions
 from workflows.lint.core import SEVERITIES, TARGETS
 
@@ -135,17 +136,28 @@ def templates_command() -> None:
 @click.argument("name")
 @click.argument("directory", type=click.Path(path_type=Path), callback=path_kind("dir"))
 @click.option("--force", is_flag=True, help="Overwrite existing files (each is kept as .bak).")
-def init_command(name: str, directory: Path, force: bool) -> None:
+@click.option("--script", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Start from your own training script instead of the example "
+                   "(docs/your-training.md); it must checkpoint to /tmp/models.")
+@click.option("--script-args", default="",
+              help="Your script's flags, e.g. \"--output-dir /tmp/models\" (with --script).")
+def init_command(name: str, directory: Path, force: bool, script: Path | None,
+                 script_args: str) -> None:
     """Copy the shipped template NAME (and the files it uploads) into DIRECTORY."""
-    from workflows.templates_catalog import init_template
+    from workflows.templates_catalog import VALUES_NAME, init_template
 
-    result = init_template(name, directory, force=force)
+    if script_args and script is None:
+        raise UsageError("--script-args needs --script", fix="add --script PATH, or drop --script-args")
+    result = init_template(name, directory, force=force, script=script, script_args=script_args)
     for backup in result.backups:
         click.echo(f"kept the old file as {backup}", err=True)
     for path in result.written:
         click.echo(f"wrote {path}")
+    values = f" -f {directory / VALUES_NAME}" if script is not None else ""
+    click.echo(f"next: resched run {directory / 'train.yaml'}{values}   # on this machine", err=True)
     click.echo(
-        f"next: resched lint {directory / 'train.yaml'} --set upload_location=s3://BUCKET/RUN",
+        f"      resched lint {directory / 'train.yaml'}{values} --set upload_location=s3://BUCKET/RUN "
+        "--set image=REGISTRY/resched-pytorch:TAG",
         err=True,
     )
 

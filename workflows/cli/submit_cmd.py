@@ -8,6 +8,7 @@ hands it over (``submit``, the only side effect).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from workflows.backends import BACKEND_NAMES, get_backend
 from workflows.backends.options import click_options
 from workflows.cli.common import ValuesCommand, bounded_int, path_kind, values_options
 from workflows.cli.findings import echo_findings
+from workflows.errors import UsageError
 from workflows.pipeline import prepare_request
 from workflows.values import ValueOptions
 
@@ -40,6 +42,8 @@ BACKEND_OPTIONS = {name: get_backend(name).options for name in BACKEND_NAMES}
     callback=path_kind("dir"),
     help="Write the request's files (e.g. workflow.yaml, the sbatch script) to this directory.",
 )
+@click.option("--show-spec", is_flag=True,
+              help="With --dry-run: print the whole request even when it is long (OSMO).")
 @click.option("--strict", is_flag=True, help="Refuse to submit when lint reports warnings.")
 @click.option(
     "--pool-retry-limit",
@@ -55,6 +59,7 @@ def submit_command(
     backend_name: str,
     dry_run: bool,
     output: Path | None,
+    show_spec: bool,
     strict: bool,
     pool_retry_limit: int | None,
     **given: Any,
@@ -70,9 +75,13 @@ def submit_command(
         pool_retry_limit=pool_retry_limit,
         show_findings=lambda findings: echo_findings(findings, str(file)),
     )
-    if output is not None:
-        for path in request.write(output):
-            click.echo(f"wrote {path}", err=True)
+    written = request.write(output) if output is not None else []
+    if dry_run and request.long_request and not show_spec:
+        written = written or request.write(dry_run_dir(file))
+        click.echo(request.brief(written))
+        return
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
     if dry_run:
         click.echo(request.materialize())
         return
@@ -80,6 +89,22 @@ def submit_command(
     click.echo(result.message)
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
+
+
+def dry_run_dir(file: Path) -> Path:
+    """Where ``--dry-run`` writes a long request without ``--output``: a new folder under
+    ``.resched/dry-run/`` (never an existing one: nothing is overwritten)."""
+    base = Path(".resched") / "dry-run"
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for index in range(1000):
+        candidate = base / (f"{file.stem}-{stamp}" + (f"-{index}" if index else ""))
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        return candidate
+    raise UsageError("cannot find a free folder for the dry run", where=str(base),
+                     fix="pass --output DIR")
 
 
 COMMANDS: list[click.Command] = [submit_command]

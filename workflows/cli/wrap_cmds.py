@@ -62,6 +62,11 @@ def _seconds(value: str | None, flag: str) -> float | None:
               help="No progress (heartbeat, or output lines without heartbeats) for this "
                    "long = hung; 'auto' calibrates like NVRx (auto,initial=30m,later=5m,"
                    "factor=5,min=30s,warmup=3). Default: off.")
+@click.option("--teardown-timeout", default=f"{cfg.DEFAULT_TEARDOWN_TIMEOUT_S:g}", show_default=True,
+              envvar=cfg.TEARDOWN_TIMEOUT_ENV,
+              help="A training that said it finished (its framework's finish line, the "
+                   "finished flag) but whose processes do not exit is ended after this long "
+                   "and counted complete; 'off' waits for the exit.")
 @click.option("--heartbeat-file", type=_FILE, default=None,
               help="File wrapper.heartbeat() touches (default: a private temp file).")
 @click.option("--checkpoint-dir", type=_DIR, default=None, envvar=cfg.CHECKPOINT_DIR_ENV,
@@ -95,7 +100,7 @@ def _seconds(value: str | None, flag: str) -> float | None:
 def wrap(
     command: tuple[str, ...], reschedule_code: int, abort_code: int, max_retries: int,
     max_reschedules: int, no_budget_reset: bool, grace: str, backoff: str | None, hang_grace: str,
-    hang_timeout: str | None,
+    hang_timeout: str | None, teardown_timeout: str,
     heartbeat_file: Path | None, checkpoint_dir: Path | None, checkpoint_url: str | None,
     sync_every: str | None, state_dir: Path | None, rule_files: tuple[Path, ...],
     expect_finished_flag: Path | None, node: str | None, outcome_file: Path | None,
@@ -131,6 +136,8 @@ def wrap(
             stop_signal=parse_stop_signal(stop_signal),
             stop_broadcast=stop_broadcast,
             ft_state=ft_state.absolute() if ft_state is not None else None,
+            teardown_timeout_s=(None if teardown_timeout.strip().lower() in ("off", "none")
+                                else _seconds(teardown_timeout, "--teardown-timeout") or None),
         )
         code = run_wrap(config)
     except ReschedError as error:

@@ -23,6 +23,7 @@ then source line.
   RS016 warning  RESCHEDULE but nothing in the group checkpoints (and wrap owns no store)
   RS017 warning  COMPLETE on 1 or a signal code: a crash would count as success
   RS018 warning  the task's checkpoint path does not cover resched wrap's --checkpoint-dir
+  RS019 warning  resched wrap in an image that does not say it has resched (target osmo)
   RS040 warning  in-process restart: collective timeout >= soft_timeout, or --hang-timeout
                  shorter than one restart (hard + barrier timeout)
   RS041 warning  in-process restart without a launcher and without MASTER_ADDR/MASTER_PORT
@@ -31,7 +32,7 @@ then source line.
 from __future__ import annotations
 
 from workflows.errors import UsageError
-from workflows.lint import checkpoints, exit_codes, files, groups, inprocess, text, wrap
+from workflows.lint import checkpoints, exit_codes, files, groups, image, inprocess, text, wrap
 from workflows.lint.core import (
     SEVERITIES,
     TARGETS,
@@ -59,6 +60,7 @@ RULES: tuple[Rule, ...] = (
     *files.RULES,
     *exit_codes.RULES,
     *wrap.RULES,
+    *image.RULES,
     *groups.RULES,
     *text.RULES,
     *inprocess.RULES,

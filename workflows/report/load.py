@@ -32,7 +32,7 @@ _FIELDS: Mapping[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
     "step": (("step", int, True),),
     "checkpoint_saved": (("step", int, True), ("save_s", (int, float), False)),
     "checkpoint_uploaded": (("seconds", (int, float), True), ("step", int, False)),
-    "training_resumed": (("step", int, True),),
+    "training_resumed": (("step", int, False),),  # Lightning's last.ckpt names no step
     "wrapper_checkpoint_restored": (("step", int, False),),
 }
 

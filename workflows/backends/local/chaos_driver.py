@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from workflows.backends.local.chaos import ChaosPlan, Fault
 from workflows.backends.local.inject import inject
 from workflows.backends.local.taskrun import TaskRun
 from workflows.backends.local.timeline import Event, Timeline
+
+# A random clock that has seen no training step for this long (or one MTBF, if longer)
+# says so and counts run time instead: longer than any start-up (imports, staging).
+NO_PROGRESS_S = 60.0
 
 # a new attempt of a task's training: the wrapper's in-place retry or a new pod
 _RESTART = ("wrapper_attempt_started", "attempt_restarted")
@@ -35,12 +39,22 @@ class ChaosDriver:
     during a recovery (a Megatron-style exit saves once more on its way out, a hung
     peer's partner may still save), so a count alone would stack the next fault onto
     the previous one's recovery and make the sequence a race. Uploads are still
-    counted meanwhile: the fault fires as soon as the recovery is over."""
+    counted meanwhile: the fault fires as soon as the recovery is over. The recovery is
+    over at the first training step after the restart, or at the upload of a newer
+    checkpoint step (a training whose steps are seen at its saves only).
+
+    A fault that cannot fire says so at once (``on_warning``, one line): an ``Nckpt``
+    fault on a task with no ``checkpoint:`` upload to count; a random clock that waits
+    for a first training step the training never shows (after one MTBF of run time, at
+    least NO_PROGRESS_S, it counts run time instead, until a step is seen)."""
 
     def __init__(self, plan: ChaosPlan, task_names: Sequence[str], timeline: Timeline, *,
-                 stop_grace_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 stop_grace_s: float, clock: Callable[[], float] = time.monotonic,
+                 checkpointed_tasks: Collection[str] | None = None,
+                 on_warning: Callable[[str], None] = lambda line: None) -> None:
         self.plan, self.task_names, self.timeline = plan, tuple(task_names), timeline
-        self.stop_grace_s, self.clock = stop_grace_s, clock
+        self.stop_grace_s, self.clock, self.on_warning = stop_grace_s, clock, on_warning
+        self.notes: list[str] = []
         self.start = clock()
         self.pending: list[Fault] = list(plan.faults)
         self.fired: list[Fired] = []
@@ -54,7 +68,19 @@ class ChaosDriver:
         self._random_count = 0
         self._next_random: Fault | None = None
         self._awaiting_progress = plan.random is not None
+        self._wall_clock_random = False
         timeline.listen(self._on_event)
+        for fault in plan.faults:
+            if (fault.after_ckpt is not None and checkpointed_tasks is not None
+                    and fault.task not in checkpointed_tasks):
+                self._warn(f"chaos {fault.describe()} can never fire: task {fault.task} has no "
+                           "checkpoint: upload to count (add a checkpoint: entry to it, or give "
+                           "the time instead, e.g. @30s)")
+
+    def _warn(self, line: str) -> None:
+        self.notes.append(line)
+        self.timeline.add("chaos_warning", None, warning=line)
+        self.on_warning(line)
 
     def _on_event(self, event: Event) -> None:
         step = event.fields.get("step")
@@ -63,8 +89,11 @@ class ChaosDriver:
             # directory also changes when nothing trained, e.g. the wrapper's records)
             self.max_step = step
             self.uploads += 1
+            if self._restarted and event.t >= self.last_fired_t:
+                self._recovering = self._restarted = False  # progress since the restart
         elif event.kind == "step":
             self.last_step_t = event.t
+            self._wall_clock_random = False  # progress is visible: back to training time
             if self._restarted:
                 self._recovering = self._restarted = False
         elif event.kind in _RESTART and self._recovering and event.t >= self.last_fired_t:
@@ -91,7 +120,17 @@ class ChaosDriver:
             if self._due(fault, elapsed) and self._fire(fault, runs.get(fault.task)):
                 self.pending.remove(fault)
                 fired.append(self.fired[-1])
-        if self._awaiting_progress and self.last_step_t > self.last_fired_t:
+        random_plan = self.plan.random
+        if (random_plan is not None and self._awaiting_progress and not self._wall_clock_random
+                and self.last_step_t == float("-inf")
+                and elapsed >= max(random_plan.mtbf_s, NO_PROGRESS_S)):
+            self._wall_clock_random = True
+            self._warn(f"chaos random:mtbf={random_plan.mtbf_s:g}s: no training step seen in "
+                       f"{elapsed:.0f} s (the training prints no progress line resched reads "
+                       "and its checkpoint folder shows no step), so its clock counts run time "
+                       "from now on, recovery included (see docs/your-training.md)")
+        if self._awaiting_progress and (self.last_step_t > self.last_fired_t
+                                        or self._wall_clock_random):
             # the clock to the next random fault runs while training runs: it starts
             # at the first training step after the previous fault
             self._awaiting_progress = False
@@ -126,3 +165,15 @@ class ChaosDriver:
     def not_fired(self) -> list[str]:
         left = [f.describe() for f in self.pending]
         return left
+
+    def final_notes(self) -> list[str]:
+        """The warnings said during the run, and a random spec that injected nothing."""
+        notes = list(self.notes)
+        if self.plan.random is not None and self._random_count == 0:
+            elapsed = self.clock() - self.start
+            notes.append(f"chaos random:mtbf={self.plan.random.mtbf_s:g}s injected no fault in "
+                         f"{elapsed:.0f} s: "
+                         + ("no training step was ever seen" if self.last_step_t == float("-inf")
+                            else "the next fault was drawn for after the run ended")
+                         + "; use a shorter mtbf= or a longer run")
+        return notes

@@ -112,9 +112,16 @@ def ettr_lines(metrics: Mapping[str, Any], breakdown: Mapping[str, float | None]
                baseline: Mapping[str, Any] | None) -> list[str]:
     """The ETTR block of the text report: measured, fault-free, model, lost time."""
     if metrics.get("ettr") is None:
-        return ["ETTR: no training steps were seen (the training prints `resched-train: step N`)"]
+        return ["ETTR: no training steps were seen: the training printed no progress line resched "
+                "reads and no checkpoint step appeared in its checkpoint folder "
+                "(see docs/your-training.md)"]
     lines = [(f"ETTR {metrics['ettr']:.2f} = useful {metrics['useful_s']:.1f} s "
              f"({metrics['useful_steps']} steps x {metrics['step_s']:.3f} s) / wall {metrics['wall_s']:.1f} s")]
+    sources = metrics.get("progress_source") or []
+    if sources and sources != ["resched-train"]:
+        lines.append(f"  steps read from: {', '.join(sources)}"
+                     + (" (seen at saves only: step time and lost steps are per checkpoint)"
+                        if sources == ["checkpoint-folder"] else ""))
     if baseline is not None:
         lines.append(
             f"  fault-free run {baseline['baseline_run_id']}: ETTR {baseline['ettr_fault_free']:.2f} "

@@ -65,6 +65,7 @@ class RunResult:
     group_status: dict[str, str]
     attempts: tuple[dict[str, Any], ...]
     chaos_not_fired: tuple[str, ...]
+    chaos_notes: tuple[str, ...] = ()  # chaos that could not fire, said during the run
 
 
 class Interrupted(Exception):
@@ -105,7 +106,8 @@ class Executor:
         records = tuple(r for s in self.states.values() for r in s.records)
         return RunResult(status, reason, started, self.timeline.clock(), group_status,
                          tuple(sorted(records, key=lambda r: r["started_at"])),
-                         tuple(self.chaos.not_fired() if self.chaos else ()))
+                         tuple(self.chaos.not_fired() if self.chaos else ()),
+                         tuple(self.chaos.final_notes() if self.chaos else ()))
 
     def _run_dag(self, group_status: dict[str, str]) -> Iterator[tuple[str, tuple[str, str]]]:
         """OSMO's DAG: every group whose upstream groups completed runs now, in parallel
@@ -150,7 +152,9 @@ class Executor:
         self.ctx = RunContext(self.timeline, mode, keep, hook,
                               on_output=self.progress.task_output)
         self.chaos = ChaosDriver(self.chaos_plan, [t.name for t in self.plan.tasks], self.timeline,
-                                 stop_grace_s=self.options.stop_grace_s, clock=self.clock)
+                                 stop_grace_s=self.options.stop_grace_s, clock=self.clock,
+                                 checkpointed_tasks={t.name for t in self.plan.tasks if t.checkpoints},
+                                 on_warning=lambda line: self.progress.line(f"warning: {line}"))
         self.timeline.add("run_started", run_id=self.plan.run_id, workdir=str(workdir),
                           task_view=mode, chaos=self.options.chaos)
         for note in self.plan.not_emulated:

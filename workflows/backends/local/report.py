@@ -113,11 +113,39 @@ def checkpoint_interval(events: Sequence[Event], task: str | None) -> float | No
     return None
 
 
+BURST_S = 0.002  # step lines closer than this were read together, not stepped apart
+
+
+def step_time(steps: Sequence[Event]) -> float | None:
+    """Median seconds per step. From consecutive step lines when the training prints every
+    step; else per step over the gaps it shows (a progress bar redraws at most every
+    0.1 s, a training seen only at its saves shows one step per checkpoint)."""
+    # Lines read in one chunk (a progress bar's redraws after a pause of the reader) carry
+    # the time they were read, microseconds apart: only the last of such a burst keeps
+    # its time (and the report read back, whose times are rounded, agrees).
+    steps = [e for e, after in itertools.zip_longest(steps, steps[1:])
+             if after is None or after.t - e.t > BURST_S]
+    pairs = [(a, b) for a, b in itertools.pairwise(steps)
+             if a.fields.get("attempt") == b.fields.get("attempt") and b.t > a.t]
+    gaps = [b.t - a.t for a, b in pairs if b.fields["step"] == a.fields["step"] + 1]
+    if not gaps:
+        gaps = [(b.t - a.t) / (b.fields["step"] - a.fields["step"]) for a, b in pairs
+                if b.fields["step"] > a.fields["step"]]
+    return statistics.median(gaps) if gaps else None
+
+
+def progress_sources(events: Sequence[Event], task: str | None) -> list[str]:
+    """Where the steps of ``task`` were read: a pattern id, ``checkpoint-folder``, or
+    ``resched-train`` (the example's own lines)."""
+    found = {e.fields.get("source") or "resched-train" for e in events
+             if e.kind == "step" and e.task == task}
+    return sorted(found)
+
+
 def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
     task = reference_task(events)
     steps = [e for e in events if e.kind == "step" and e.task == task]
-    gaps = [b.t - a.t for a, b in itertools.pairwise(steps) if b.fields["step"] == a.fields["step"] + 1]
-    step_s = statistics.median(gaps) if gaps else None
+    step_s = step_time(steps)
     saves = [e.fields["save_s"] for e in events
              if e.kind == "checkpoint_saved" and "save_s" in e.fields and e.task == task]
     uploads = [e.fields["seconds"] for e in events if e.kind == "checkpoint_uploaded"]
@@ -143,6 +171,7 @@ def run_metrics(events: Sequence[Event], faults: list[dict[str, Any]], wall_s: f
         "lost_steps": sum(f.get("lost_steps") or 0 for f in faults),
         "first_step_t": steps[0].t if steps else None,
         "faults_before_first_step": sum(1 for f in faults if steps and f["t_fault"] < steps[0].t),
+        "progress_source": progress_sources(events, task),
     }
     metrics.update(young_daly(delta, wall_s, len(faults), detect, resume,
                               interval_s=metrics["checkpoint_interval_s"], startup_s=startup))

@@ -32,6 +32,7 @@ def build_report(plan: LocalPlan, result: RunResult, events: Sequence[Event]) ->
         "max_retry_per_task": plan.options.max_retry_per_task,
         "chaos": plan.options.chaos,
         "chaos_not_fired": list(result.chaos_not_fired),
+        "chaos_notes": list(result.chaos_notes),
         "final_checksum": checksums[-1] if checksums else None,
         "attempts": attempts,
         "faults": faults,
@@ -58,7 +59,8 @@ def attempt_detail(record: dict[str, Any], events: Sequence[Event]) -> dict[str,
     """Add the checkpoint steps seen during this attempt to its record."""
     mine = [e for e in events if e.task == record["task"] and e.fields.get("attempt") == record["attempt"]]
     steps = [e.fields["step"] for e in mine if e.kind == "step"]
-    resumed = [e.fields["step"] for e in mine if e.kind == "training_resumed"]
+    resumed = [e.fields["step"] for e in mine if e.kind == "training_resumed"
+               and e.fields.get("step") is not None]
     saved = [e.fields["step"] for e in mine if e.kind == "checkpoint_saved"]
     uploads = [e.fields.get("step") for e in events if e.task == record["task"]
                and e.kind == "checkpoint_uploaded"
@@ -98,7 +100,10 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"{a.get('status')!s:<10} {said[:28]:<28} {ckpt.strip() or '-'}")
     lines.extend(_fault_line(f) for f in report["faults"])
     for spec in report.get("chaos_not_fired") or []:
-        lines.append(f"fault {spec}: not injected (its task was not running at that time)")
+        why = ("too few newer checkpoint steps were uploaded" if spec.endswith("ckpt")
+               else "its task was not running at that time")
+        lines.append(f"fault {spec}: not injected ({why})")
+    lines.extend(report.get("chaos_notes") or [])
     lines.extend(ettr_lines(report["metrics"], report["time_breakdown"], report.get("baseline")))
     if report.get("final_checksum"):
         lines.append(f"final checksum {report['final_checksum']}")

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 from workflows.backends import taskfs
 from workflows.backends.local import proctree
+from workflows.backends.local.ckpt_progress import CheckpointProgress
 from workflows.backends.local.inject import EXIT_DIR_ENV
 from workflows.backends.local.plan import PlannedCheckpoint, PlannedTask
 from workflows.backends.local.timeline import Timeline, parse_line
@@ -114,6 +115,7 @@ class TaskRun:
     exit_dir: Path | None
     log_path: Path
     timers: list[CheckpointTimer] = field(default_factory=list)
+    ckpt_progress: CheckpointProgress | None = None
     readers: list[threading.Thread] = field(default_factory=list)
     forced_exit_code: int | None = None
     kill_at: float | None = None  # monotonic deadline set by a term fault
@@ -148,6 +150,8 @@ class TaskRun:
             return self.outcome()
         self.finished = True
         proctree.kill_all(self.popen.pid, self.token)
+        if self.ckpt_progress is not None:
+            self.ckpt_progress.stop()  # before the final upload names the last step
         for timer in self.timers:
             timer.stop()
         for reader in self.readers:
@@ -196,6 +200,15 @@ def start_run(task: PlannedTask, retry_id: int, attempt: int, pod_dir: Path, ctx
                   exit_dir=exit_dir, log_path=log_path)
     ctx.timeline.add("task_started", task.name, attempt=attempt, retry_id=retry_id, pid=popen.pid,
                      log=str(log_path))
+    folders = [taskfs.host_path(entry.path, pod_dir) if ctx.view_mode != "rewrite" else Path(
+        taskfs.rewrite_tmp(entry.path, pod_dir)) for entry in task.checkpoints]
+    if folders:
+        staged = [e.fields["step"] for e in ctx.timeline.events if e.kind == "inputs_staged"
+                  and e.task == task.name and e.fields.get("retry_id") == retry_id
+                  and isinstance(e.fields.get("step"), int)]
+        run.ckpt_progress = CheckpointProgress(task.name, attempt, folders, ctx.timeline,
+                                               restored=max(staged, default=None))
+        run.ckpt_progress.start()
     log = run.log = log_path.open("ab")
     lock = threading.Lock()
     for stream, name in ((popen.stdout, "stdout"), (popen.stderr, "stderr")):
@@ -204,9 +217,7 @@ def start_run(task: PlannedTask, retry_id: int, attempt: int, pod_dir: Path, ctx
                                   daemon=True, name=f"{task.name}-{name}")
         reader.start()
         run.readers.append(reader)
-    for entry in task.checkpoints:
-        local = taskfs.host_path(entry.path, pod_dir) if ctx.view_mode != "rewrite" else Path(
-            taskfs.rewrite_tmp(entry.path, pod_dir))
+    for entry, local in zip(task.checkpoints, folders, strict=True):
         timer = CheckpointTimer(entry, local, task.name, ctx.timeline)
         timer.start()
         run.timers.append(timer)
@@ -234,15 +245,38 @@ def node_name(task: PlannedTask, retry_id: int) -> str:
     return dict(task.environment).get("RESCHED_NODE") or f"local-{task.name}-{retry_id}"
 
 
+# A line with no end (a progress bar left open, a binary blob) is parsed once it is this long.
+_MAX_PENDING = 1 << 20
+
+
 def _read_lines(stream: IO[bytes], name: str, run: TaskRun, log: IO[bytes], lock: threading.Lock,
                 ctx: RunContext) -> None:
+    """Copy the output to the log and read it as lines ended by ``\n`` or ``\r``: a
+    progress bar redraws with ``\r`` and ends its line only when it closes, so reading
+    whole ``\n`` lines would see a training's steps only at its end."""
+    pending = b""
+    read = getattr(stream, "read1", stream.read)
+    resumed_step = run.ckpt_progress.current if run.ckpt_progress is not None else None
     try:
-        for raw in iter(stream.readline, b""):
+        for chunk in iter(lambda: read(65536), b""):
             with lock:
-                log.write(raw)
+                log.write(chunk)
                 log.flush()
-            line = raw.decode(errors="replace")
-            parse_line(line, run.task.name, ctx.timeline, attempt=run.attempt)
-            ctx.on_output(run.task.name, line.rstrip("\n"))
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+            if cut < 0 and len(pending) < _MAX_PENDING:
+                continue
+            done, pending = (pending, b"") if cut < 0 else (pending[:cut + 1], pending[cut + 1:])
+            for raw in done.splitlines(keepends=True):
+                _one_line(raw, run, ctx, resumed_step)
+        if pending:
+            _one_line(pending, run, ctx, resumed_step)
     finally:
         stream.close()
+
+
+def _one_line(raw: bytes, run: TaskRun, ctx: RunContext,
+              resumed_step: Callable[[], int | None] | None) -> None:
+    line = raw.decode(errors="replace")
+    parse_line(line, run.task.name, ctx.timeline, attempt=run.attempt, resumed_step=resumed_step)
+    ctx.on_output(run.task.name, line.rstrip("\r\n"))

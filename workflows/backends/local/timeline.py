@@ -5,8 +5,13 @@ Sources:
   checkpoint uploaded, inputs staged);
 - the wrapper's stderr lines ``resched: event <name> <json>`` (attempt_started,
   failure_detected, decision, checkpoint_restored);
-- the training's stdout lines ``resched-train: step N ...``, ``resumed from step N``,
-  ``checkpoint step N save_s S`` and ``final checksum H``.
+- the training's own progress lines, read with the one table of them
+  (:mod:`wrapper.progress_lines`): resched's example protocol (``resched-train: step N``)
+  and the frameworks' own (the Hugging Face Trainer's progress bar, Lightning's restore
+  and finish lines, Megatron's ``iteration N/ M |``, NeMo, DeepSpeed), split at ``\r``
+  as well as ``\n`` (progress bars redraw with ``\r``);
+- the training's checkpoint folder (:mod:`.ckpt_progress`): a new complete step there is
+  a save, for trainings that print nothing resched reads (Lightning, DCP).
 """
 
 from __future__ import annotations
@@ -20,13 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wrapper.classifier.launcher_logs import strip_ansi
+from wrapper.progress_lines import ProgressKind, ProgressMatch, matches
 
-_WRAPPER_EVENT = re.compile(r"^resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
-_STEP = re.compile(r"^resched-train: step (?P<step>\d+)\b")
-_RESUMED = re.compile(r"^resched-train: resumed from step (?P<step>\d+)")
-_SAVED = re.compile(r"^resched-train: checkpoint step (?P<step>\d+)(?: save_s (?P<s>[0-9.]+))?")
-_CHECKSUM = re.compile(r"^resched-train: final checksum (?P<sum>[0-9a-fA-F]+)")
-_LOADED = re.compile(r"^resched-train: checkpoint loaded in (?P<s>[0-9.]+) s")
+# searched, not matched at the start: the wrapper's line may follow a progress bar that
+# the training left without a line end (tqdm's last redraw before a crash)
+_WRAPPER_EVENT = re.compile(r"(?:^|\]|\r)\s*resched: event (?P<name>[a-z_]+) (?P<json>\{.*\})\s*$")
+# progress kind -> timeline event kind
+_EVENT_KIND = {
+    ProgressKind.STEP: "step", ProgressKind.RESUMED: "training_resumed",
+    ProgressKind.SAVED: "checkpoint_saved", ProgressKind.LOADED: "checkpoint_loaded",
+    ProgressKind.FINISHED: "training_finished", ProgressKind.CHECKSUM: "final_checksum",
+}
 
 
 @dataclass(frozen=True)
@@ -69,10 +78,14 @@ class Timeline:
             return tuple(sorted(self._events, key=lambda e: e.t))
 
 
-def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int) -> Event | None:
-    """Turn one output line of ``task`` into a timeline event when it is one."""
+def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int,
+               resumed_step: Callable[[], int | None] | None = None) -> Event | None:
+    """Turn one output line of ``task`` into timeline events; returns the last one.
+
+    ``resumed_step`` names the step a resume line loaded when the line does not (Lightning
+    restores ``last.ckpt``): the step its checkpoint folder holds at that moment."""
     text = strip_ansi(line).rstrip("\r\n")
-    match = _WRAPPER_EVENT.match(text)
+    match = _WRAPPER_EVENT.search(text) if "resched: event " in text else None
     if match:
         try:
             data = json.loads(match.group("json"))
@@ -84,17 +97,30 @@ def parse_line(line: str, task: str, timeline: Timeline, *, attempt: int) -> Eve
         stamp = float(at) if isinstance(at, (int, float)) else None
         data = {(f"w_{k}" if k in ("kind", "task", "attempt") else k): v for k, v in data.items()}
         return timeline.add(f"wrapper_{match.group('name')}", task, t=stamp, attempt=attempt, **data)
-    for pattern, kind in ((_STEP, "step"), (_RESUMED, "training_resumed"), (_SAVED, "checkpoint_saved")):
-        match = pattern.match(text)
-        if match:
-            extra: dict[str, Any] = {"step": int(match.group("step"))}
-            if kind == "checkpoint_saved" and match.group("s"):
-                extra["save_s"] = float(match.group("s"))
-            return timeline.add(kind, task, attempt=attempt, **extra)
-    match = _LOADED.match(text)
-    if match:  # splits a restart's start-up into starting torch and loading
-        return timeline.add("checkpoint_loaded", task, attempt=attempt, load_s=float(match.group("s")))
-    match = _CHECKSUM.match(text)
-    if match:
-        return timeline.add("final_checksum", task, attempt=attempt, checksum=match.group("sum"))
-    return None
+    last = None
+    for found in matches(text):
+        fields = _fields(found)
+        if found.kind is ProgressKind.RESUMED and found.step is None and resumed_step is not None:
+            step = resumed_step()
+            if step is not None:
+                fields.update(step=step, step_from="checkpoint-folder")
+        last = timeline.add(_EVENT_KIND[found.kind], task, attempt=attempt, **fields)
+    return last
+
+
+def _fields(found: ProgressMatch) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if found.kind is ProgressKind.LOADED:
+        out["load_s"] = found.seconds  # splits a restart's start-up into torch and loading
+    elif found.kind is ProgressKind.CHECKSUM:
+        out["checksum"] = found.checksum
+    else:
+        if found.step is not None or found.kind in (ProgressKind.STEP, ProgressKind.SAVED):
+            out["step"] = found.step
+        if found.kind is ProgressKind.SAVED and found.seconds is not None:
+            out["save_s"] = found.seconds
+    if found.pattern.framework != "resched":
+        out["source"] = found.pattern.id
+    if found.total is not None:
+        out["total"] = found.total
+    return out
