@@ -157,6 +157,8 @@ class _AttemptLoop:
         while True:
             if self.relay.requested is not None:
                 return self._stopped_between_attempts(None)
+            # One completeness verdict before every launch (issue 19): torn saves aside.
+            runner.launch_notes = self.checkpoint.prepare_launch(len(history.attempts) + 1)
             record, history = runner.run_one(history, retries_used)
             if record.decision is not Decision.RETRY:
                 return self._leave(record)

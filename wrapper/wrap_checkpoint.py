@@ -77,6 +77,33 @@ class CheckpointSession:
         self._synced_step = result.step
         return result.step  # type: ignore[no-any-return]
 
+    def prepare_launch(self, attempt: int) -> dict[str, Any]:
+        """Before every launch (in place too): the local directory judged by the upload's
+        layout rules; what the framework would wrongly resume from goes to
+        ``.resched-torn/`` (see ``setaside.py``). Returns what moved, for the record."""
+        if self.local_dir is None or not self.local_dir.is_dir():
+            return {}
+        from wrapper.checkpoint.setaside import repair_for_resume
+
+        try:
+            repair = repair_for_resume(self.local_dir)
+        except OSError as error:  # never keeps the training from starting
+            say(f"checkpoint: could not check {self.local_dir} before attempt {attempt}: {error}")
+            return {}
+        for moved in repair.moved:
+            say(f"checkpoint: moved {moved.relpath} aside to {repair.torn_set}/ before "
+                f"attempt {attempt}: {moved.reason}")
+        for written in repair.written:
+            say(f"checkpoint: wrote {written.relpath} = {written.value} ({written.reason})")
+        if repair.pruned:
+            say(f"checkpoint: removed {len(repair.pruned)} older torn set(s) "
+                f"({', '.join(repair.pruned)}); the newest are kept")
+        if not repair.changed:
+            return {}
+        fields = {"attempt": attempt, **repair.to_dict()}
+        emit_event("checkpoint_set_aside", fields)
+        return {"checkpoint_set_aside": fields}
+
     def start_sync(self) -> None:
         if not self.active or not self.sync_every_s or self._store is None:
             return
