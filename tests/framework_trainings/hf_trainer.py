@@ -3,36 +3,15 @@ only the framework's own checkpointing (save_steps, resume from get_last_checkpo
 Nothing of resched in it.
 
     python hf_trainer.py OUTPUT_DIR MAX_STEPS SAVE_STEPS
-
-Test harness only (env, off by default): TEAR_SAVE_AT=N with TEAR_ONCE=<file> kills the
-process with SIGKILL inside the save of checkpoint-N, right after optimizer.pt is written
-(model weights there, trainer_state.json not yet), once (the flag file remembers).
 """
 
 import os
-import signal
 import sys
 
 import torch
 import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
-
-
-def _tear_hook() -> None:
-    step, once = os.environ.get("TEAR_SAVE_AT"), os.environ.get("TEAR_ONCE")
-    if not step or not once or os.path.exists(once):
-        return
-    real_save = torch.save
-
-    def save(obj, f, *args, **kwargs):
-        real_save(obj, f, *args, **kwargs)
-        if isinstance(f, (str, os.PathLike)) and str(f).endswith(
-                os.path.join(f"checkpoint-{step}", "optimizer.pt")):
-            open(once, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    torch.save = save
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -49,7 +28,6 @@ class Tokens(torch.utils.data.Dataset):
 
 def main() -> None:
     out, max_steps, save_steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    _tear_hook()
     transformers.logging.set_verbosity_info()
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2)

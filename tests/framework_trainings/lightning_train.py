@@ -2,14 +2,9 @@
 fit(ckpt_path="last"). Nothing of resched in it.
 
     python lightning_train.py CKPT_DIR MAX_STEPS EVERY [link]
-
-Test harness only (env, off by default): TEAR_LAST_AT=N with TEAR_ONCE=<file> SIGKILLs
-the process once, after ModelCheckpoint wrote the step-N file and before it writes
-last.ckpt (the window the issue saw).
 """
 
 import os
-import signal
 import sys
 
 import lightning.pytorch as pl
@@ -35,15 +30,6 @@ class Model(pl.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=1e-2)
 
 
-class Checkpoint(ModelCheckpoint):
-    def _save_last_checkpoint(self, trainer, monitor_candidates):
-        step, once = os.environ.get("TEAR_LAST_AT"), os.environ.get("TEAR_ONCE")
-        if step and once and not os.path.exists(once) and trainer.global_step == int(step):
-            open(once, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-        super()._save_last_checkpoint(trainer, monitor_candidates)
-
-
 def main() -> None:
     ckdir, max_steps, every = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     link = len(sys.argv) > 4 and sys.argv[4] == "link"
@@ -55,7 +41,7 @@ def main() -> None:
     x = torch.randn(8, 8, generator=g).repeat(32, 1)
     data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
     loader = torch.utils.data.DataLoader(data, batch_size=8, shuffle=False)
-    callback = Checkpoint(dirpath=ckdir, every_n_train_steps=every, save_top_k=-1,
+    callback = ModelCheckpoint(dirpath=ckdir, every_n_train_steps=every, save_top_k=-1,
                           save_last="link" if link else True)
     trainer = pl.Trainer(max_steps=max_steps, callbacks=[callback], accelerator="cpu",
                          logger=False, enable_progress_bar=False, enable_model_summary=False,
