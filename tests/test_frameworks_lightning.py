@@ -1,15 +1,15 @@
-"""A real Lightning training (ModelCheckpoint(every_n_train_steps, save_last=True),
-fit(ckpt_path="last")) under `resched wrap`, nothing of resched inside it
-(tests/framework_trainings/lightning_train.py).
+"""A real Lightning training (ModelCheckpoint(every_n_train_steps=4, save_last=True or
+"link"), fit(ckpt_path="last"), 12 steps) under `resched wrap`, nothing of resched inside
+it (tests/framework_trainings/lightning_train.py); faults from the test hook
+(tests/framework_fixtures.py).
 
 Issue 19, part 2: a step counts complete only once what fit(ckpt_path="last") loads
-exists and holds it. The save is torn deterministically by the script's env-gated test
-hook: SIGKILL after ModelCheckpoint wrote `epoch=0-step=N.ckpt`, before `last.ckpt`.
+exists and holds it. ModelCheckpoint writes `epoch=0-step=N.ckpt` first and `last.ckpt`
+after it: a fault between the two must count (and resume) the step last.ckpt holds.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.framework_fixtures import RESCHEDULE, Fault, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 from wrapper.checkpoint.layouts import inspect_layout
 
@@ -27,36 +28,61 @@ SCRIPT = Path(__file__).parent / "framework_trainings" / "lightning_train.py"
 STARTS = re.compile(r"lightning-train: training starts at global step (\d+)")
 
 
-def _argv(ck: Path, mode: str) -> list[str]:
-    return [sys.executable, str(SCRIPT), str(ck), "12", "4", *(["link"] if mode == "link" else [])]
+def _argv(mode: str):
+    def argv(ck: Path) -> list[str]:
+        return [sys.executable, str(SCRIPT), str(ck), "12", "4", *(["link"] if mode == "link" else [])]
+    return argv
 
 
 @pytest.fixture(scope="module")
 def fault_free(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     root = tmp_path_factory.mktemp("lt-clean")
-    done = subprocess.run(_argv(root / "ck", "copy"), cwd=REPO, env=child_env(),
+    done = subprocess.run(_argv("copy")(root / "ck"), cwd=REPO, env=child_env(),
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return (root / "final.pt").read_bytes()
 
 
-@pytest.mark.parametrize("mode", ["copy", pytest.param("link", marks=pytest.mark.slow)])
-def test_killed_between_the_step_file_and_last_ckpt(tmp_path: Path, fault_free: bytes,
-                                                    mode: str) -> None:
-    ck = tmp_path / "ck"
-    env = child_env() | {"TEAR_LAST_AT": "8", "TEAR_ONCE": str(tmp_path / "torn-once")}
-    done = subprocess.run(
-        [sys.executable, "-m", "workflows.cli", "wrap", "--state-dir", str(tmp_path / "state"),
-         "--checkpoint-dir", str(ck), "--node", "node-a", "--", *_argv(ck, mode)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-4000:]
-    records = [json.loads(p.read_text())
-               for p in sorted((tmp_path / "state" / "attempts").glob("*.json"))]
-    assert [r["decision"] for r in records] == ["retry", "complete"]
-    # what resched counted after the kill = what Lightning resumed from (its own step)
-    assert records[0]["checkpoint_step_after"] == 4
-    assert [int(s) for s in STARTS.findall(done.stdout)] == [0, 4]
-    moved = records[1]["checkpoint_set_aside"]["moved"]
-    assert [m["path"] for m in moved] == ["epoch=0-step=8.ckpt"]
-    assert (tmp_path / "final.pt").read_bytes() == fault_free
-    assert inspect_layout(ck).step == 12
+# Lightning saves through an fsspec transaction (a temp file renamed into place), so the
+# hook waits for that rename. last.ckpt is renamed (copy) or linked (link) once per save:
+# the 2nd time is step 8's, after epoch=0-step=8.ckpt is already in place.
+BEFORE_LAST_8 = {"copy": Fault("torn-before-last", r"kill:os.rename: \S*/last\.ckpt ", False,
+                               count=2),
+                 "link": Fault("torn-before-last", r"kill:os.symlink:last\.ckpt", False, count=2)}
+STEP_12 = r"os.rename: \S*/epoch=0-step=12\.ckpt "
+# (fault, step reached, step Lightning resumes from, what the relaunch moves aside)
+CASES = [
+    pytest.param("copy", BEFORE_LAST_8["copy"], 8, 4, ["epoch=0-step=8.ckpt"], id="copy-torn-in-place"),
+    # link mode removes last.ckpt before linking the new file: killed in between, there is
+    # no last.ckpt at all (fit("last") would start from 0); the relaunch links step 8
+    pytest.param("link", BEFORE_LAST_8["link"], 8, 8, [], id="link-torn-in-place",
+                 marks=pytest.mark.slow),
+    pytest.param("copy", Fault("kill", f"kill:{STEP_12}", False), 12, 8, [], id="kill",
+                 marks=pytest.mark.slow),
+    pytest.param("copy", Fault("torn-new-pod", BEFORE_LAST_8["copy"].spec, True, count=2), 8, 4,
+                 [], id="torn-new-pod", marks=pytest.mark.slow),
+    pytest.param("copy", Fault("stop-during-save", f"term:{STEP_12}", True), 12, 8, [],
+                 id="stop-during-save", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("mode", "fault", "reached", "resumed", "moved"), CASES)
+def test_fault_resumes_from_what_last_ckpt_holds(tmp_path: Path, fault_free: bytes, mode: str,
+                                                 fault: Fault, reached: int, resumed: int,
+                                                 moved: list[str]) -> None:
+    out = run_with_fault(tmp_path, SCRIPT, _argv(mode), fault)
+    assert out.codes == ((RESCHEDULE, 0) if fault.new_pod else (0,)), out.output[-4000:]
+    assert [int(s) for s in STARTS.findall(out.output)] == [0, resumed]  # Lightning's own step
+    first, last = out.records[0], out.records[-1]
+    # what resched counted after the fault (link mode: nothing loadable until relinked)
+    assert first["checkpoint_step_after"] == (None if mode == "link" else resumed)
+    assert last["checkpoint_step_before"] == resumed and last["decision"] == "complete"
+    set_aside = last.get("checkpoint_set_aside", {})
+    assert [m["path"] for m in set_aside.get("moved", [])] == moved
+    if mode == "link":
+        assert [(w["path"], w["value"]) for w in set_aside["written"]] == [
+            ("last.ckpt", "epoch=0-step=8.ckpt")]
+    assert (out.directory.parent / "final.pt").read_bytes() == fault_free
+    assert inspect_layout(out.directory).step == 12
+    print(f"Lightning {mode} {fault.name}: reached {reached}, resumed {resumed}, "
+          f"lost {reached - resumed}, weights equal")

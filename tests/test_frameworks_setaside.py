@@ -198,3 +198,21 @@ def test_a_load_crash_right_after_a_fault_is_checkpoint_damage() -> None:
             (after_kill, 200, _user_error_with("KeyError: 'learning_rate'"))):
         assert decide(error, history, Budgets(), node="n1", allocation="a1", step=step,
                       retries_used_in_allocation=1).action is Decision.ABORT
+
+
+def test_lightning_link_lost_mid_save_is_linked_again(tmp_path: Path) -> None:
+    # save_last="link" removes last.ckpt, then links the new step file: killed in between
+    state = {"ModelCheckpoint{'every_n_train_steps': 4}": {
+        "last_model_path": str(tmp_path / "last.ckpt"), "dirpath": str(tmp_path)}}
+    for step in (4, 8):
+        torch.save({"global_step": step, "callbacks": state}, tmp_path / f"epoch=0-step={step}.ckpt")
+    verdict = inspect_layout(tmp_path)
+    assert (verdict.complete, verdict.lost_links) == (False, (("last.ckpt", "epoch=0-step=8.ckpt"),))
+    repair = repair_for_resume(tmp_path)
+    assert os.readlink(tmp_path / "last.ckpt") == "epoch=0-step=8.ckpt"
+    assert (repair.step_before, repair.step_after) == (None, 8)
+    # a training that never used save_last (no last_model_path) is left as it is
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    torch.save({"global_step": 4, "callbacks": {}}, plain / "epoch=0-step=4.ckpt")
+    assert inspect_layout(plain).step == 4 and not repair_for_resume(plain).changed

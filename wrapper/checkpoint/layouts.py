@@ -83,6 +83,9 @@ class LayoutVerdict:
     warnings: tuple[str, ...] = field(default=())
     # (relative path in ``in_progress``, why): what a relaunch says when it moves it aside
     why: tuple[tuple[str, str], ...] = field(default=())
+    # (link path, target beside it): a pointer the framework lost mid-save and the
+    # relaunch puts back (Lightning's save_last="link" removes last.ckpt, then links)
+    lost_links: tuple[tuple[str, str], ...] = field(default=())
 
     def why_of(self, relpath: str) -> str:
         return next((why for path, why in self.why if path == relpath), self.reason)
@@ -383,16 +386,22 @@ def _lightning(folder: Path, names: list[str]) -> LayoutVerdict | None:
     best: tuple[int, str] | None = None
     torn: list[str] = []
     why: list[tuple[str, str]] = []
+    lost: list[tuple[str, str]] = []
     for rels in by_dir.values():
         target, dir_torn = _lightning_dir(folder, rels, unfinished)
         torn += [rel for rel, _ in dir_torn]
         why += dir_torn
-        if target is not None and (best is None or target > best):
+        link = _lost_last_link(folder, rels, target, unfinished)
+        if link is not None:
+            lost.append(link)
+        elif target is not None and (best is None or target > best):
             best = target
     if best is None:
         return LayoutVerdict(Layout.LIGHTNING, False, None,
-                             f"{len(found)} .ckpt, none that resume would load is whole",
-                             tuple(torn), why=tuple(why))
+                             f"{len(found)} .ckpt, none that resume would load is whole" + (
+                                 f" ({lost[0][0]} is missing: fit(ckpt_path=\"last\") would "
+                                 "start from step 0)" if lost else ""),
+                             tuple(torn), why=tuple(why), lost_links=tuple(lost))
     step, rel = best
     return LayoutVerdict(Layout.LIGHTNING, True, step if step >= 0 else None,
                          f"{rel} is whole" + (f" and holds step {step}" if step >= 0 else ""),
@@ -448,6 +457,51 @@ def _lightning_dir(folder: Path, rels: list[str], unfinished: set[str]
                                     "save ended before last.ckpt was written"))
         return (step, rel), torn
     return None, torn
+
+
+def _lost_last_link(folder: Path, rels: list[str], target: tuple[int, str] | None,
+                    unfinished: set[str]) -> tuple[str, str] | None:
+    """No ``last*.ckpt`` in a folder whose newest whole step file says (its ModelCheckpoint
+    state's ``last_model_path``) that the training keeps one: ``save_last="link"`` removes
+    the old link before it links the new file, and the process died in between. ->
+    (the link, the step file it would have named); None otherwise."""
+    if target is None or any(Path(r).name.startswith(_LAST) for r in rels):
+        return None
+    step, rel = target
+    path = folder / rel
+    if step < 0 or not _is_file(path) or rel[: -len(".ckpt")] in unfinished:
+        return None
+    data = _peek_state_cached(path)
+    if not data:
+        return None
+    for state in data.values():
+        last = state.get("last_model_path") if isinstance(state, dict) else None
+        if isinstance(last, str) and last:
+            name = last.replace("\\", "/").rsplit("/", 1)[-1]
+            if name.startswith(_LAST) and name.endswith(".ckpt"):
+                parent = rel.rpartition("/")[0]
+                return (f"{parent}/{name}" if parent else name), Path(rel).name
+    return None
+
+
+def _peek_state_cached(path: Path) -> dict[str, object] | None:
+    """The ``callbacks`` dict of a Lightning checkpoint (plain values only)."""
+    st = _stat(path)
+    if st is None:
+        return None
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _STATE_PEEKS:
+        from wrapper.checkpoint.ptpeek import peek_top_level
+
+        if len(_STATE_PEEKS) > 64:
+            _STATE_PEEKS.clear()
+        data = peek_top_level(path)
+        callbacks = data.get("callbacks") if data else None
+        _STATE_PEEKS[key] = callbacks if isinstance(callbacks, dict) else None
+    return _STATE_PEEKS[key]
+
+
+_STATE_PEEKS: dict[tuple[str, int, int, int], dict[str, object] | None] = {}
 
 
 def _last_ckpt_step(folder: Path, rel: str) -> tuple[int, str]:

@@ -103,6 +103,7 @@ def repair_for_resume(directory: Path, *, now: float | None = None,
                 moved.append(SetAside(relpath, before.why_of(relpath)))
         written = _rewrite_pointers(directory, [m.relpath for m in moved])
         _write_note(torn_set, moved, written, before, now)
+    written += _restore_lost_links(directory, inspect_layout(directory) if moved else before)
     pruned = prune_torn_sets(directory, keep_sets)
     after = inspect_layout(directory) if (moved or written) else before
     return Repair(before.layout.value, tuple(moved), tuple(written),
@@ -171,6 +172,21 @@ def _rewrite_pointers(directory: Path, moved: list[str]) -> list[PointerWritten]
             os.fsync(handle.fileno())
         written.append(PointerWritten(relpath, value, f"the original went aside with the "
                                       f"torn folder it named; {value} is the newest whole one"))
+    return written
+
+
+def _restore_lost_links(directory: Path, verdict: LayoutVerdict) -> list[PointerWritten]:
+    """Lightning's save_last="link" lost its link mid-save: link the newest whole step
+    file, as ModelCheckpoint was about to (without it fit("last") starts from 0)."""
+    written = []
+    for link, target in verdict.lost_links:
+        path = directory / link
+        if os.path.lexists(path) or not (path.parent / target).is_file():
+            continue
+        os.symlink(target, path)  # relative, beside it, as Lightning makes it
+        written.append(PointerWritten(link, target, "save_last=\"link\" removed it and the "
+                                      "save died before linking again; the newest whole step "
+                                      "file is what it was about to name"))
     return written
 
 
