@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from local_fixtures import free_port
 
-from tests.framework_fixtures import RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
 pytestmark = pytest.mark.e2e
@@ -45,13 +45,13 @@ def fault_free(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 RANK1_STEP8 = r"open:step-8/__1_0\.distcp "  # rank 1 about to write its part of step 8
 CASES = [
     pytest.param(Fault("torn-in-place", f"kill:{RANK1_STEP8}", False), 8, 4, ["step-8"],
-                 id="torn-in-place"),
+                 id="torn-in-place", marks=MATRIX),
     pytest.param(Fault("torn-new-pod", f"kill:{RANK1_STEP8}", True), 8, 4, [],
-                 id="torn-new-pod", marks=pytest.mark.slow),
+                 id="torn-new-pod", marks=MATRIX),
     # rank 1 stops the pod (SIGTERM to the wrapper, two levels up: rank -> torchrun ->
     # wrapper) inside the save of step 8
     pytest.param(Fault("stop-during-save", f"term:{RANK1_STEP8}", True), 8, 4, [],
-                 id="stop-during-save", marks=pytest.mark.slow),
+                 id="stop-during-save", marks=MATRIX),
 ]
 
 

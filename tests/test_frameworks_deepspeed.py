@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from local_fixtures import free_port
 
-from tests.framework_fixtures import RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
 pytest.importorskip("deepspeed")
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, *MATRIX]
 
 SCRIPT = Path(__file__).parent / "framework_trainings" / "deepspeed_train.py"
 LOADED = re.compile(r"deepspeed-train: rank 0 loaded \S+ at global step (\d+)")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework_fixtures import RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
 pytest.importorskip("transformers")
@@ -47,13 +47,13 @@ CASES = [
     pytest.param(Fault("torn-in-place", f"kill:open:{TORN_8}", new_pod=False), 8, 4,
                  ["checkpoint-8"], id="torn-in-place"),
     pytest.param(Fault("kill", r"kill:line:'epoch': '0\.625'", new_pod=False), 10, 8, [],
-                 id="kill", marks=pytest.mark.slow),
+                 id="kill", marks=MATRIX),
     pytest.param(Fault("term", r"term:line:'epoch': '0\.625'", new_pod=True), 10, 8, [],
-                 id="term-new-pod", marks=pytest.mark.slow),
+                 id="term-new-pod", marks=MATRIX),
     pytest.param(Fault("torn-new-pod", f"kill:open:{TORN_8}", new_pod=True), 8, 4, [],
-                 id="torn-new-pod", marks=pytest.mark.slow),
+                 id="torn-new-pod", marks=MATRIX),
     pytest.param(Fault("stop-during-save", f"term:open:{TORN_8}", new_pod=True), 8, 4, [],
-                 id="stop-during-save", marks=pytest.mark.slow),
+                 id="stop-during-save", marks=MATRIX),
 ]
 
 

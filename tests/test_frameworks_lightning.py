@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework_fixtures import RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 from wrapper.checkpoint.layouts import inspect_layout
 
@@ -56,13 +56,13 @@ CASES = [
     # link mode removes last.ckpt before linking the new file: killed in between, there is
     # no last.ckpt at all (fit("last") would start from 0); the relaunch links step 8
     pytest.param("link", BEFORE_LAST_8["link"], 8, 8, [], id="link-torn-in-place",
-                 marks=pytest.mark.slow),
+                 marks=MATRIX),
     pytest.param("copy", Fault("kill", f"kill:{STEP_12}", False), 12, 8, [], id="kill",
-                 marks=pytest.mark.slow),
+                 marks=MATRIX),
     pytest.param("copy", Fault("torn-new-pod", BEFORE_LAST_8["copy"].spec, True, count=2), 8, 4,
-                 [], id="torn-new-pod", marks=pytest.mark.slow),
+                 [], id="torn-new-pod", marks=MATRIX),
     pytest.param("copy", Fault("stop-during-save", f"term:{STEP_12}", True), 12, 8, [],
-                 id="stop-during-save", marks=pytest.mark.slow),
+                 id="stop-during-save", marks=MATRIX),
 ]
 
 
