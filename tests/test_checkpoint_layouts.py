@@ -173,6 +173,18 @@ def test_unknown_layout_is_never_an_error(tmp_path: Path) -> None:
     assert prepare_snapshot(tmp_path).whole
 
 
+def torn_in_store(store: CheckpointStore) -> dict[str, bytes]:
+    """path -> bytes of the latest checkpoint's files under .resched-torn/ in the store."""
+    from wrapper.checkpoint.layout import blob_key, read_manifest, read_pointer
+
+    fs = store._open(None)
+    pointer = read_pointer(fs)
+    assert pointer is not None and pointer.checkpoints
+    manifest = read_manifest(fs, pointer.checkpoints[0])
+    return {e.path: fs.read_bytes(blob_key(e.sha256)) for e in manifest.files
+            if e.path.startswith(TORN_DIR + "/")}
+
+
 def test_running_upload_leaves_out_the_save_under_way_final_keeps_it_aside(
         tmp_path: Path) -> None:
     ck = tmp_path / "ck"
@@ -192,9 +204,13 @@ def test_running_upload_leaves_out_the_save_under_way_final_keeps_it_aside(
     restored = read_tree(out)
     assert restored["latest_checkpointed_iteration.txt"] == b"100"
     assert restored["iter_0000100/.metadata"] == b"meta 100"
-    torn = [p for p in restored if p.startswith(TORN_DIR + "/")]
-    assert sorted(p[len(TORN_DIR) + 1:].split("/", 1)[1] for p in torn) == sorted(
-        p for p in before if p.startswith("iter_0000200/"))
+    # kept in the store (listed by `resched checkpoint list`), never restored (issue 19)
+    assert not any(p.startswith(TORN_DIR + "/") for p in restored)
+    torn = torn_in_store(store)
+    assert {p[len(TORN_DIR) + 1:].split("/", 1)[1]: d for p, d in torn.items()} == {
+        p: d for p, d in before.items() if p.startswith("iter_0000200/")}
+    assert [info.torn_sets for info in store.list()] == [
+        (f"{TORN_DIR}/{next(iter(torn)).split('/')[1]}",), ()]
     assert not (out / "iter_0000200").exists()  # Megatron will not see the torn save
     assert read_tree(ck) == before  # the user's files: untouched
 

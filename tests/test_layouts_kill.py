@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_fixtures import checkpoint_cache_dir, read_tree  # noqa: F401
+from test_checkpoint_layouts import torn_in_store
 from local_fixtures import free_port
 
 from wrapper.checkpoint import CheckpointStore
@@ -147,10 +148,13 @@ def _restore(store: CheckpointStore, into: Path) -> dict[str, bytes]:
     return read_tree(into)
 
 
-def _torn_kept(restored: dict[str, bytes], local: dict[str, bytes], torn_top: set[str]) -> None:
-    """Every file of a save that never finished came back, under .resched-torn/<stamp>/."""
-    aside = {p[len(TORN_DIR) + 1:].split("/", 1)[1]: data for p, data in restored.items()
-             if p.startswith(TORN_DIR + "/")}  # .resched-torn/<stamp>/<path>
+def _torn_kept(store: CheckpointStore, restored: dict[str, bytes], local: dict[str, bytes],
+               torn_top: set[str]) -> None:
+    """Every file of a save that never finished is kept in the store, under
+    .resched-torn/<stamp>/, and never restored into the training's directory."""
+    assert not any(p.startswith(TORN_DIR + "/") for p in restored)
+    aside = {p[len(TORN_DIR) + 1:].split("/", 1)[1]: data
+             for p, data in torn_in_store(store).items()}  # .resched-torn/<stamp>/<path>
     for path, data in local.items():
         if path.split("/", 1)[0] in torn_top:
             assert aside.get(path) == data, f"{path} of an unfinished save was not kept"
@@ -184,7 +188,7 @@ def test_megatron_async_writer_killed_restores_the_trackers_iteration_whole(
     assert all(int(t[5:]) <= n for t in top)  # no unfinished newer iteration in view
     torn = {p.split("/", 1)[0] for p in local if p.startswith("iter_")
             and int(p[5:12]) > int(tracker or 0)} if tracker.isdigit() else set()
-    _torn_kept(restored, local, torn)
+    _torn_kept(store, restored, local, torn)
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
@@ -215,7 +219,7 @@ def test_hf_trainer_style_writer_killed_resumes_from_a_complete_checkpoint(
     assert step == newest_local
     torn = {p.split("/", 1)[0] for p in local if p.startswith("checkpoint-")
             and int(p.split("/")[0][11:]) > step}
-    _torn_kept(restored, local, torn)
+    _torn_kept(store, restored, local, torn)
 
 
 @pytest.mark.torch
@@ -247,7 +251,7 @@ def test_torch_dcp_two_rank_gloo_save_killed_mid_save_restores_a_loadable_step(
     state = {"w0": torch.zeros(400_000), "w1": torch.zeros(400_000), "step": torch.tensor(0)}
     dcp.load(state, checkpoint_id=str(restored_dir / newest))  # DCP itself: complete
     assert state["step"].item() == n and bool((state["w1"] == float(n)).all())
-    _torn_kept(restored, local, {p.split("/")[0] for p in local
+    _torn_kept(store, restored, local, {p.split("/")[0] for p in local
                                  if p.startswith("step_") and p.split("/")[0] not in complete_local})
 
 

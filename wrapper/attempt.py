@@ -55,6 +55,9 @@ class AttemptRunner:
         self.heartbeat_file = heartbeat_file
         self.launcher = detect_launcher(config.command)
         self.tracker_file = tracker_file(config.command)
+        # what the loop did to the checkpoint directory before this launch (torn saves
+        # moved aside): goes into the attempt's record as it is
+        self.launch_notes: Mapping[str, Any] = {}
 
     def run_one(self, history: Any, retries_used: int) -> tuple[OutcomeRecord, Any]:
         """Run attempt number ``len(history.attempts) + 1``; return (record, new history)."""
@@ -311,7 +314,8 @@ class AttemptRunner:
                    and bool(getattr(decision, "node_replacement", False)),
                    **(nvrx.record_fields() if nvrx is not None else {}),
                    **({"nvrx_timeouts": dict(ft_timeouts)} if ft_timeouts else {}),
-                   "explain_command": self._explain_command(run, artifacts, evidence)},
+                   "explain_command": self._explain_command(run, artifacts, evidence),
+                   **self.launch_notes},
         )
 
 

@@ -29,6 +29,7 @@ the task twice marks the node for exclusion.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -161,6 +162,9 @@ def decide(diagnosis: Diagnosis, history: History, budgets: Budgets, *, node: st
         return done(Decision.COMPLETE, "", spend=False)
     if not diagnosis.counts_as_failure:
         return done(rule_decision, "not a failure: no budget spent", spend=False)
+    if rule_decision is Decision.ABORT and _load_damage_after_fault(diagnosis, history, step):
+        return done(Decision.RESCHEDULE, LOAD_DAMAGE_REASON) if reschedules_left > 0 else \
+            done(Decision.ABORT, _join(LOAD_DAMAGE_REASON, "reschedule budget used up"))
     if rule_decision is Decision.ABORT:
         return done(Decision.ABORT, "retrying cannot help")
     megatron = megatron_over_time(diagnosis, counts.window, node, step)
@@ -207,6 +211,32 @@ def _node_exclusion(diagnosis: Diagnosis, history: History, node: str, spend: bo
     if spend and failures >= NODE_FAILURES_TO_EXCLUDE:
         return True, f"node {node} has failed this task {failures} times: marked for exclusion"
     return False, ""
+
+
+# ---- A crash while loading the checkpoint right after a fault (issue 19) -------------
+# A framework that resumes from a save the fault cut (HF's get_last_checkpoint picks a
+# checkpoint-N/ without trainer_state.json; DeepSpeed's `latest` names a torn tag) fails
+# with a plain Python error (FileNotFoundError, KeyError, ...) that the catalogue calls a
+# user bug. Right after a fault, with no checkpoint progress since, it is checkpoint
+# damage: the job moves, and the next attempt restores the last good checkpoint from the
+# store. (The relaunch check moves known torn saves aside first; this catches the rest.)
+# Kept apart from the rule catalogue on purpose: it needs the history, which rules lack.
+LOAD_DAMAGE_REASON = ("crashed loading the checkpoint right after a fault, with no progress "
+                      "since: checkpoint damage, not a bug in the training; the next "
+                      "attempt restores the last good checkpoint from the store")
+_LOAD_EVIDENCE = re.compile(
+    r"checkpoint|ckpt|trainer_state\.json|\.distcp|\.metadata|iter_\d{7}|global_step\d|"
+    r"latest_checkpointed_iteration|model_states|optim_states|PytorchStreamReader|"
+    r"\.safetensors", re.IGNORECASE)
+
+
+def _load_damage_after_fault(diagnosis: Diagnosis, history: History, step: int | None) -> bool:
+    if diagnosis.category != "user-code" or not history.past:
+        return False
+    last = history.past[-1]
+    if last.decision not in (Decision.RETRY, Decision.RESCHEDULE) or last.step != step:
+        return False
+    return any(_LOAD_EVIDENCE.search(line.text) for line in diagnosis.evidence)
 
 
 # ---- Megatron exits 16 / 17 over time (nvrx slice) ------------------------------------

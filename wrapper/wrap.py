@@ -150,6 +150,10 @@ class _AttemptLoop:
             say(verdict.reason)
         if verdict.leave:
             return self._leave_excluded_node(judge, history, verdict.reason)
+        # One completeness verdict before every launch (issue 19): what the framework would
+        # wrongly resume from goes aside; before the syncer starts, and after each attempt
+        # before its checkpoint is published, so no upload races the moves.
+        notes = self.checkpoint.prepare_launch(len(history.attempts) + 1)
         self.checkpoint.start_sync()
         runner = AttemptRunner(config, judge, self.relay, self.environ, self.clock,
                                self._heartbeat_file())
@@ -157,12 +161,16 @@ class _AttemptLoop:
         while True:
             if self.relay.requested is not None:
                 return self._stopped_between_attempts(None)
+            runner.launch_notes = notes
             record, history = runner.run_one(history, retries_used)
             if record.decision is not Decision.RETRY:
                 return self._leave(record)
             retries_used += 1 + record.in_job_restarts
+            notes = self.checkpoint.prepare_launch(len(history.attempts) + 1)
+            step = notes.get("checkpoint_set_aside", {}).get("step_after",
+                                                             record.checkpoint_step_after)
             # The checkpoint this attempt left goes to the store while the next starts.
-            self.checkpoint.publish_behind(record.checkpoint_step_after, attempt=record.attempt)
+            self.checkpoint.publish_behind(step, attempt=record.attempt)
             if self.sleep(record.backoff_s):
                 return self._stopped_between_attempts(record)
 

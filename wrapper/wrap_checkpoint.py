@@ -77,6 +77,35 @@ class CheckpointSession:
         self._synced_step = result.step
         return result.step  # type: ignore[no-any-return]
 
+    def prepare_launch(self, attempt: int, *, when: str = "") -> dict[str, Any]:
+        """Before every launch (in place too) and before the final upload: the local
+        directory judged by the upload's layout rules; what the framework would wrongly
+        resume from goes to ``.resched-torn/`` (see ``setaside.py``). Returns what moved,
+        for the record."""
+        when = when or f"before attempt {attempt}"
+        if self.local_dir is None or not self.local_dir.is_dir():
+            return {}
+        from wrapper.checkpoint.setaside import repair_for_resume
+
+        try:
+            repair = repair_for_resume(self.local_dir)
+        except OSError as error:  # never keeps the training from starting
+            say(f"checkpoint: could not check {self.local_dir} {when}: {error}")
+            return {}
+        for moved in repair.moved:
+            say(f"checkpoint: moved {moved.relpath} aside to {repair.torn_set}/ {when}: "
+                f"{moved.reason}")
+        for written in repair.written:
+            say(f"checkpoint: wrote {written.relpath} = {written.value} ({written.reason})")
+        if repair.pruned:
+            say(f"checkpoint: removed {len(repair.pruned)} older torn set(s) "
+                f"({', '.join(repair.pruned)}); the newest are kept")
+        if not repair.changed:
+            return {}
+        fields = {"attempt": attempt, "when": when, **repair.to_dict()}
+        emit_event("checkpoint_set_aside", fields)
+        return {"checkpoint_set_aside": fields}
+
     def start_sync(self) -> None:
         if not self.active or not self.sync_every_s or self._store is None:
             return
@@ -161,7 +190,14 @@ class CheckpointSession:
 
     def finish(self) -> None:
         """The final publish before any exit; never raises (the exit code matters more)."""
+        if not self._finished:
+            # The training has ended: the directory that is uploaded now (by us, or by
+            # OSMO's checkpoint: timer after the task) is the one the next pod resumes
+            # from, so it is judged like a relaunch (a pointer naming a torn folder would
+            # otherwise reach the new pod without the whole folder it should name).
+            self.prepare_launch(0, when="before the final upload")
         if not self.active or self._finished:
+            self._finished = True
             return
         self._finished = True
         self.wait_behind(stop=True)  # the final publish builds on its upload

@@ -132,6 +132,8 @@ def list_cmd(url: str) -> None:
         step = "-" if info.step is None else str(info.step)
         _echo(f"{step:>10}  {_when(info.time):19}  {_size(info.size):>10}  "
                    f"{info.files:>5}  {state:9}  {info.checkpoint_id}")
+        for torn in info.torn_sets:  # kept in the store, never restored (issue 19)
+            _echo(f"{'':>10}  torn save kept aside: {torn}/")
     _echo("(* = latest)")
 
 

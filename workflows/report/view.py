@@ -48,6 +48,7 @@ _MARKS: dict[str, str] = {
     "decision": "decision",
     "attempt_restarted": "restart",
     "wrapper_checkpoint_restored": "restore",
+    "wrapper_checkpoint_set_aside": "set-aside",  # torn saves moved aside (issue 19)
     "training_resumed": "restore",
     "checkpoint_uploaded": "upload",
     "checkpoint_upload_failed": "upload-failed",
@@ -69,6 +70,9 @@ def _label(kind: str, event: Mapping[str, Any]) -> str:
         return f"exit {event.get('exit_code', '?')}"
     if kind == "decision":
         return str(event.get("decision") or event.get("action") or "?")
+    if kind == "set-aside":
+        moved = event.get("moved") or []
+        return f"{len(moved)} torn aside" if moved else "pointer fixed"
     if kind == "restart":
         return str(event.get("mode") or "restart")
     if kind in ("restore", "upload", "save", "staged"):

@@ -59,6 +59,7 @@ _HF = re.compile(r"^checkpoint-(\d+)$")
 _NUMBERED = re.compile(r"^(?:step|iter|epoch|global_step|checkpoint|ckpt)[-_=]?(\d+)$")
 _STEP_IN_NAME = re.compile(r"(?:^|[-_])step=(\d+)")
 _UNFINISHED = "-unfinished"
+_LAST = "last"  # ModelCheckpoint.CHECKPOINT_NAME_LAST: last.ckpt, last-v1.ckpt
 _MAX_DEPTH = 3  # how deep *.ckpt files are looked for (lightning_logs/version_0/checkpoints)
 _MAX_TRACKER_BYTES = 4096
 
@@ -67,6 +68,7 @@ class Layout(str, Enum):
     MEGATRON = "megatron"
     DCP = "torch-dcp"
     HF = "hf-trainer"
+    DEEPSPEED = "deepspeed"
     LIGHTNING = "lightning"
     UNKNOWN = "unknown"
 
@@ -79,6 +81,14 @@ class LayoutVerdict:
     reason: str
     in_progress: tuple[str, ...] = ()
     warnings: tuple[str, ...] = field(default=())
+    # (relative path in ``in_progress``, why): what a relaunch says when it moves it aside
+    why: tuple[tuple[str, str], ...] = field(default=())
+    # (link path, target beside it): a pointer the framework lost mid-save and the
+    # relaunch puts back (Lightning's save_last="link" removes last.ckpt, then links)
+    lost_links: tuple[tuple[str, str], ...] = field(default=())
+
+    def why_of(self, relpath: str) -> str:
+        return next((why for path, why in self.why if path == relpath), self.reason)
 
 
 UNKNOWN = LayoutVerdict(Layout.UNKNOWN, None, None, "no known framework layout")
@@ -91,11 +101,21 @@ def inspect_layout(directory: str | Path) -> LayoutVerdict:
         names = sorted(os.listdir(folder))
     except OSError:
         return UNKNOWN
-    for reader in (_megatron, _hf, _lightning, _dcp):
+    for reader in (_megatron, _hf, _deepspeed, _lightning, _dcp):
         verdict = reader(folder, names)
         if verdict is not None:
             return verdict
     return UNKNOWN
+
+
+def megatron_iteration_whole(path: Path) -> bool:
+    """An ``iter_N/`` folder by the rule the tracker check uses."""
+    return _checkpoint_dir_complete(Path(path))
+
+
+def deepspeed_tag_whole(path: Path) -> bool:
+    """A DeepSpeed ``<tag>/`` folder: every rank's .pt a whole archive."""
+    return _deepspeed_tag_whole(Path(path))
 
 
 def layout_step(directory: str | Path) -> int | None:
@@ -145,8 +165,11 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
                                        "too large); treating the folder as an unknown layout",))
     value = text.strip()
     if not value:  # Megatron opens it with "w" then writes: empty is a write under way
+        # (for good once the training ended: Megatron fails on an empty tracker)
+        why = f"{where} is empty: Megatron fails reading it (invalid literal for int())"
         return LayoutVerdict(Layout.MEGATRON, False, None, f"{where} is empty (being written)",
-                             tuple(prefix + n for n in iters.values()))
+                             tuple(prefix + n for n in iters.values()) + (where,),
+                             why=((where, why),))
     if value == "release":
         whole = _is_dir(folder / "release") and _checkpoint_dir_complete(folder / "release")
         return LayoutVerdict(Layout.MEGATRON, whole, 0 if whole else None,
@@ -165,10 +188,15 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
     name = f"iter_{iteration:07d}"
     path = folder / name
     if not _is_dir(path) or not _checkpoint_dir_complete(path):
+        # The tracker goes with the torn folder: a tracker naming a folder the upload (or
+        # the directory a relaunch resumes from) does not hold makes Megatron fail.
+        why = (f"{where} names iteration {iteration} but {prefix}{name}/ is missing or not "
+               "whole: Megatron would load it and fail")
+        torn = (prefix + name,) if _is_dir(path) else ()
         return LayoutVerdict(Layout.MEGATRON, False, None,
                              f"{where} names iteration {iteration} but {prefix}{name}/ is "
-                             "missing or not whole", newer + ((prefix + name,) if
-                                                              _is_dir(path) else ()))
+                             "missing or not whole", newer + torn + (where,),
+                             why=tuple((p, why) for p in torn + (where,)))
     return LayoutVerdict(Layout.MEGATRON, True, iteration,
                          f"{where} names iteration {iteration}, {prefix}{name}/ is whole", newer)
 
@@ -202,7 +230,9 @@ def _dcp(folder: Path, names: list[str]) -> LayoutVerdict | None:
     torn = tuple(name for n, name in numbered.items() if n not in complete)
     return LayoutVerdict(Layout.DCP, best is not None, best,
                          f"newest whole DCP save: {numbered[best]}" if best is not None else
-                         "no numbered DCP folder has its .metadata yet", torn)
+                         "no numbered DCP folder has its .metadata yet", torn,
+                         why=tuple((name, f"{name}/ has no .metadata (written last by the "
+                                          "coordinator): the save was cut") for name in torn))
 
 
 def _looks_dcp(path: Path) -> bool:
@@ -230,12 +260,15 @@ def _hf(folder: Path, names: list[str]) -> LayoutVerdict | None:
         if step is not None:
             complete[number] = step if step >= 0 else number
     torn = tuple(name for number, name in found.items() if number not in complete)
+    why = tuple((name, f"{name}/ has no readable trainer_state.json (the save was cut): "
+                       "get_last_checkpoint would pick the newest checkpoint-N/ and fail")
+                for name in torn)
     if not complete:
         return LayoutVerdict(Layout.HF, False, None,
-                             "no checkpoint-N/ has its trainer_state.json yet", torn)
+                             "no checkpoint-N/ has its trainer_state.json yet", torn, why=why)
     best = max(complete)
     return LayoutVerdict(Layout.HF, True, complete[best],
-                         f"checkpoint-{best}/trainer_state.json is present", torn)
+                         f"checkpoint-{best}/trainer_state.json is present", torn, why=why)
 
 
 def _trainer_state_step(path: Path) -> int | None:
@@ -250,6 +283,95 @@ def _trainer_state_step(path: Path) -> int | None:
     return step if isinstance(step, int) and not isinstance(step, bool) else -1
 
 
+# --- DeepSpeed ---------------------------------------------------------------------------
+
+def _deepspeed(folder: Path, names: list[str]) -> LayoutVerdict | None:
+    """``latest`` names the tag ``load_checkpoint()`` loads; ``<tag>/`` holds
+    ``*_model_states.pt`` and, with ZeRO >= 1, one ``*_optim_states.pt`` per data-parallel
+    rank (engine.py ``_save_checkpoint`` / ``_save_zero_checkpoint``). Rank 0 writes
+    ``latest`` without waiting for the other ranks, so ``latest`` can name a torn tag."""
+    tags = [n for n in names if _is_dir(folder / n) and _is_deepspeed_tag(folder / n)]
+    has_latest = _DS_LATEST in names and _is_file(folder / _DS_LATEST)
+    if not tags or (_DS_LATEST in names and not has_latest):
+        return None
+    torn = [tag for tag in tags if not _deepspeed_tag_whole(folder / tag)]
+    why = [(tag, f"{tag}/: not every rank's .pt is a whole archive (the save was cut)")
+           for tag in torn]
+    if not has_latest:
+        return LayoutVerdict(Layout.DEEPSPEED, False, None, f"{len(tags)} DeepSpeed tag "
+                             f"folder(s) but no {_DS_LATEST} file: load_checkpoint() loads "
+                             "nothing", tuple(torn), why=tuple(why))
+    tag = (_read_small(folder / _DS_LATEST) or "").strip()
+    if not tag or tag not in tags or tag in torn:
+        problem = (f"{_DS_LATEST} names {tag!r}, which is missing or not whole: "
+                   "load_checkpoint() would load it and fail")
+        return LayoutVerdict(Layout.DEEPSPEED, False, None, problem,
+                             tuple(torn) + (_DS_LATEST,), why=tuple(why) + ((_DS_LATEST, problem),))
+    step = _deepspeed_step(folder / tag)
+    return LayoutVerdict(Layout.DEEPSPEED, True, step, f"{_DS_LATEST} names {tag}/, which is whole",
+                         tuple(torn), why=tuple(why))
+
+
+_DS_LATEST = "latest"
+_DS_TAG_STEP = re.compile(r"(\d+)$")
+
+
+def _is_deepspeed_tag(path: Path) -> bool:
+    return any(n.endswith("_model_states.pt") for n in _listdir(path))
+
+
+def _deepspeed_tag_whole(path: Path) -> bool:
+    names = _listdir(path)
+    files = [n for n in names if n.endswith(".pt")]
+    if not files or not all(_is_file(path / n) and _ckpt_complete(path / n) for n in files):
+        return False
+    model = sorted(n for n in files if n.startswith("mp_rank_") and n.endswith("_model_states.pt"))
+    if not model:
+        return True  # ZeRO-3 names: every file present is whole; the count is not known
+    data = _peek_dict_cached(path / model[0])
+    if data is None:
+        return True
+    config = data.get("ds_config")
+    zero = config.get("zero_optimization") if isinstance(config, dict) else None
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
+    dp, mp = data.get("dp_world_size"), data.get("mp_world_size")
+    if not (isinstance(stage, int) and stage >= 1 and isinstance(dp, int) and isinstance(mp, int)):
+        return True
+    optim = [n for n in files if n.endswith("_optim_states.pt") and "zero_pp_rank_" in n]
+    return len(optim) >= dp * mp  # a rank that died before opening its file left none
+
+
+def _deepspeed_step(path: Path) -> int | None:
+    model = sorted(n for n in _listdir(path) if n.endswith("_model_states.pt"))
+    data = _peek_dict_cached(path / model[0]) if model else None
+    steps = None if data is None else data.get("global_steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        return steps
+    match = _DS_TAG_STEP.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def _peek_dict_cached(path: Path) -> dict[str, object] | None:
+    st = _stat(path)
+    if st is None:
+        return None
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DICT_PEEKS:
+        from wrapper.checkpoint.ptpeek import peek_top_level
+
+        if len(_DICT_PEEKS) > 64:
+            _DICT_PEEKS.clear()
+        data = peek_top_level(path)
+        # keep only the small plain values (the rest can be large)
+        _DICT_PEEKS[key] = None if data is None else {
+            k: v for k, v in data.items() if k in ("global_steps", "dp_world_size",
+                                                   "mp_world_size", "ds_config")}
+    return _DICT_PEEKS[key]
+
+
+_DICT_PEEKS: dict[tuple[str, int, int, int], dict[str, object] | None] = {}
+
+
 # --- Lightning / NeMo -------------------------------------------------------------------
 
 def _lightning(folder: Path, names: list[str]) -> LayoutVerdict | None:
@@ -258,23 +380,172 @@ def _lightning(folder: Path, names: list[str]) -> LayoutVerdict | None:
         return None
     unfinished = {rel[: -len(_UNFINISHED)] for rel, _ in _walk_names(folder, _MAX_DEPTH)
                   if rel.endswith(_UNFINISHED)}
-    complete: list[tuple[int, str]] = []
-    torn: list[str] = []
+    by_dir: dict[str, list[str]] = {}
     for rel in found:
+        by_dir.setdefault(rel.rpartition("/")[0], []).append(rel)
+    best: tuple[int, str] | None = None
+    torn: list[str] = []
+    why: list[tuple[str, str]] = []
+    lost: list[tuple[str, str]] = []
+    for rels in by_dir.values():
+        target, dir_torn = _lightning_dir(folder, rels, unfinished)
+        torn += [rel for rel, _ in dir_torn]
+        why += dir_torn
+        link = _lost_last_link(folder, rels, target, unfinished)
+        if link is not None:
+            lost.append(link)
+        elif target is not None and (best is None or target > best):
+            best = target
+    if best is None:
+        return LayoutVerdict(Layout.LIGHTNING, False, None,
+                             f"{len(found)} .ckpt, none that resume would load is whole" + (
+                                 f" ({lost[0][0]} is missing: fit(ckpt_path=\"last\") would "
+                                 "start from step 0)" if lost else ""),
+                             tuple(torn), why=tuple(why), lost_links=tuple(lost))
+    step, rel = best
+    return LayoutVerdict(Layout.LIGHTNING, True, step if step >= 0 else None,
+                         f"{rel} is whole" + (f" and holds step {step}" if step >= 0 else ""),
+                         tuple(torn), why=tuple(why))
+
+
+def _lightning_dir(folder: Path, rels: list[str], unfinished: set[str]
+                   ) -> tuple[tuple[int, str] | None, list[tuple[str, str]]]:
+    """One ModelCheckpoint folder: (step, file) resume would load, and what is torn.
+
+    With ``last*.ckpt`` there (``save_last``), ``fit(ckpt_path="last")`` loads the newest
+    of them by mtime and nothing else (connectors/checkpoint_connector.py): a torn one is
+    what it would wrongly load, and a step file newer than the step it holds is a save
+    that did not reach ``last.ckpt`` (ModelCheckpoint writes the top-k file first). Without
+    any ``last*.ckpt`` the newest whole step file is taken (an explicit ckpt_path)."""
+    torn: list[tuple[str, str]] = []
+    whole: list[tuple[int, str]] = []
+    lasts: list[tuple[int, str]] = []  # (mtime_ns, rel)
+    for rel in rels:
         base = rel[: -len(".ckpt")]
-        if base in unfinished or not _ckpt_complete(folder / rel):
-            torn.append(rel)
-            if base in unfinished:
-                torn.append(base + _UNFINISHED)
+        path = folder / rel
+        if base in unfinished:
+            why = f"{rel}: NeMo's {Path(base).name}{_UNFINISHED} marker says its save never finished"
+            torn += [(rel, why), (base + _UNFINISHED, why)]
+            continue
+        if _is_link(path) and not Path(rel).name.startswith(_LAST):
+            continue  # a link that resume does not pick by name: neither torn nor whole
+        if Path(rel).name.startswith(_LAST):
+            st = _stat(path)
+            lasts.append((st.st_mtime_ns if st else 0, rel))
+            continue
+        if not _ckpt_complete(path):
+            torn.append((rel, f"{rel} is not a whole torch.save archive (the save was cut)"))
             continue
         match = _STEP_IN_NAME.search(Path(base).name)
-        complete.append((int(match.group(1)) if match else -1, rel))
-    if not complete:
-        return LayoutVerdict(Layout.LIGHTNING, False, None,
-                             f"{len(found)} .ckpt, none whole yet", tuple(torn))
-    step, rel = max(complete)
-    return LayoutVerdict(Layout.LIGHTNING, True, step if step >= 0 else None,
-                         f"{rel} is whole", tuple(torn))
+        whole.append((int(match.group(1)) if match else -1, rel))
+    if not lasts:
+        return (max(whole) if whole else None), torn
+    for last_mtime, rel in sorted(lasts, reverse=True):
+        step, problem = _last_ckpt_step(folder, rel)
+        if not problem and step < 0:
+            # its pickle does not say (not Lightning's dict): the newest whole step file
+            # written before it is the best guess of what it holds
+            before = [n for n, r in whole if (_stat(folder / r) or os.lstat(folder)).st_mtime_ns
+                      <= last_mtime]
+            step = max(before, default=-1)
+        if problem:
+            torn.append((rel, f"{rel} {problem}: fit(ckpt_path=\"last\") would load it and fail"))
+            continue
+        for number, other in whole:
+            if number > step >= 0 and other not in {r for r, _ in torn}:
+                torn.append((other, f"{other} is newer than the step {rel} holds ({step}): its "
+                                    "save ended before last.ckpt was written"))
+        return (step, rel), torn
+    return None, torn
+
+
+def _lost_last_link(folder: Path, rels: list[str], target: tuple[int, str] | None,
+                    unfinished: set[str]) -> tuple[str, str] | None:
+    """No ``last*.ckpt`` in a folder whose newest whole step file says (its ModelCheckpoint
+    state's ``last_model_path``) that the training keeps one: ``save_last="link"`` removes
+    the old link before it links the new file, and the process died in between. ->
+    (the link, the step file it would have named); None otherwise."""
+    if target is None or any(Path(r).name.startswith(_LAST) for r in rels):
+        return None
+    step, rel = target
+    path = folder / rel
+    if step < 0 or not _is_file(path) or rel[: -len(".ckpt")] in unfinished:
+        return None
+    data = _peek_state_cached(path)
+    if not data:
+        return None
+    for state in data.values():
+        last = state.get("last_model_path") if isinstance(state, dict) else None
+        if isinstance(last, str) and last:
+            name = last.replace("\\", "/").rsplit("/", 1)[-1]
+            if name.startswith(_LAST) and name.endswith(".ckpt"):
+                parent = rel.rpartition("/")[0]
+                return (f"{parent}/{name}" if parent else name), Path(rel).name
+    return None
+
+
+def _peek_state_cached(path: Path) -> dict[str, object] | None:
+    """The ``callbacks`` dict of a Lightning checkpoint (plain values only)."""
+    st = _stat(path)
+    if st is None:
+        return None
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _STATE_PEEKS:
+        from wrapper.checkpoint.ptpeek import peek_top_level
+
+        if len(_STATE_PEEKS) > 64:
+            _STATE_PEEKS.clear()
+        data = peek_top_level(path)
+        callbacks = data.get("callbacks") if data else None
+        _STATE_PEEKS[key] = callbacks if isinstance(callbacks, dict) else None
+    return _STATE_PEEKS[key]
+
+
+_STATE_PEEKS: dict[tuple[str, int, int, int], dict[str, object] | None] = {}
+
+
+def _last_ckpt_step(folder: Path, rel: str) -> tuple[int, str]:
+    """The step ``last*.ckpt`` holds (-1: whole but unknown), or a problem in words.
+    A link (save_last="link") names a step file beside it; it is read, never followed
+    out of the checkpoint folder."""
+    path = folder / rel
+    st = _stat(path)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return -1, "is a link that cannot be read"
+        name = Path(target).name
+        if "/" in target.strip("./") or not _is_file(path.parent / name):
+            return -1, f"links to {target!r}, which is not a file beside it"
+        if not _ckpt_complete(path.parent / name):
+            return -1, f"links to {name}, which is not whole"
+        match = _STEP_IN_NAME.search(name[: -len(".ckpt")] if name.endswith(".ckpt") else name)
+        return (int(match.group(1)) if match else -1), ""
+    if not _ckpt_complete(path):
+        return -1, "is not whole (the save was cut)"
+    if _is_dir(path):
+        match = _STEP_IN_NAME.search(Path(rel).name)
+        return (int(match.group(1)) if match else -1), ""
+    step = _peek_cached(path, st, "global_step")
+    return (-1 if step is None else step), ""
+
+
+def _peek_cached(path: Path, st: os.stat_result | None, key: str) -> int | None:
+    """A value from a torch.save file's pickle, read once per (file, size, mtime)."""
+    if st is None:
+        return None
+    cache_key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, key)
+    if cache_key not in _PEEKS:
+        from wrapper.checkpoint.ptpeek import peek_int
+
+        if len(_PEEKS) > 256:
+            _PEEKS.clear()
+        _PEEKS[cache_key] = peek_int(path, key)
+    return _PEEKS[cache_key]
+
+
+_PEEKS: dict[tuple[str, int, int, int, str], int | None] = {}
 
 
 def _ckpt_paths(folder: Path, prefix: str, names: Iterable[str], *, depth: int
@@ -282,7 +553,7 @@ def _ckpt_paths(folder: Path, prefix: str, names: Iterable[str], *, depth: int
     for name in names:
         path = folder / name
         if name.endswith(".ckpt"):
-            if _is_file(path) or _is_dir(path):
+            if _is_file(path) or _is_dir(path) or _is_link(path):
                 yield prefix + name
         elif depth < _MAX_DEPTH and _is_dir(path) and not name.startswith("."):
             yield from _ckpt_paths(path, f"{prefix}{name}/", sorted(_listdir(path)),
@@ -328,6 +599,11 @@ def _stat(path: Path) -> os.stat_result | None:
 def _is_dir(path: Path) -> bool:
     st = _stat(path)
     return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _is_link(path: Path) -> bool:
+    st = _stat(path)
+    return st is not None and stat.S_ISLNK(st.st_mode)
 
 
 def _is_file(path: Path) -> bool:

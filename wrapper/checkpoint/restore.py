@@ -33,6 +33,7 @@ from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Poin
 from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
+from wrapper.checkpoint.layouts import TORN_DIR
 from wrapper.checkpoint.snapshot import TEMP_TAG
 from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
@@ -82,22 +83,25 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
     token = uuid.uuid4().hex[:12]
     staged: list[tuple[Path, Path]] = []
     try:
-        places = [(e, _safe_destination(target, e.path)) for e in manifest.files]
+        # Torn saves set aside (.resched-torn/) stay in the store: never restored into the
+        # training's directory (issue 19); `resched checkpoint list` counts them.
+        files = [e for e in manifest.files if not e.path.startswith(TORN_DIR + "/")]
+        places = [(e, _safe_destination(target, e.path)) for e in files]
         for index, (_, final) in enumerate(places):
             # A short temp name: "<name><tag>" would exceed NAME_MAX for a long name.
             staged.append((final.with_name(f"{TEMP_TAG}{token}-{index}"), final))
 
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
-        for index, entry in enumerate(manifest.files):
+        for index, entry in enumerate(files):
             first.setdefault(entry.sha256, index)
 
         def fetch(index: int) -> None:
-            _fetch_one(store, manifest.files[index], staged[index][0], progress)
+            _fetch_one(store, files[index], staged[index][0], progress)
 
         workers = 2 if store.is_local else 4
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
             list(pool.map(fetch, sorted(first.values())))
-        for index, entry in enumerate(manifest.files):  # same content again: copy, verified
+        for index, entry in enumerate(files):  # same content again: copy, verified
             if first[entry.sha256] != index:
                 staged[index][0].parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(staged[first[entry.sha256]][0], staged[index][0])
@@ -168,7 +172,8 @@ def _safe_destination(target: Path, relpath: str) -> Path:
 def list_checkpoints(store: StoreFS) -> list[CheckpointInfo]:
     pointer = read_pointer(store) or Pointer(())
     infos = [
-        CheckpointInfo(r.checkpoint_id, r.step, r.time, r.size, r.files, "complete", i == 0)
+        CheckpointInfo(r.checkpoint_id, r.step, r.time, r.size, r.files, "complete", i == 0,
+                       _torn_sets(store, r))
         for i, r in enumerate(pointer.checkpoints)
     ]
     committed = {r.checkpoint_id for r in pointer.checkpoints}
@@ -182,6 +187,16 @@ def list_checkpoints(store: StoreFS) -> list[CheckpointInfo]:
         except CheckpointError:
             infos.append(CheckpointInfo(checkpoint_id, None, 0.0, 0, 0, "torn"))
     return sorted(infos, key=lambda info: info.time, reverse=True)
+
+
+def _torn_sets(store: StoreFS, ref: CheckpointRef) -> tuple[str, ...]:
+    """The ``.resched-torn/<set>`` folders a committed checkpoint keeps (issue 19)."""
+    try:
+        manifest = read_manifest(store, ref)
+    except CheckpointError:
+        return ()
+    return tuple(sorted({"/".join(e.path.split("/", 2)[:2]) for e in manifest.files
+                         if e.path.startswith(TORN_DIR + "/") and e.path.count("/") >= 2}))
 
 
 def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyResult:

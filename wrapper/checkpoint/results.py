@@ -47,6 +47,8 @@ class CheckpointInfo:
     files: int
     state: str  # "complete" (committed by the pointer) | "torn" (manifest never committed)
     latest: bool = False
+    # torn saves this checkpoint keeps aside (``.resched-torn/<set>/``), never restored
+    torn_sets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -222,8 +222,11 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
         except re.error as error:
             raise CheckpointError(f"checkpoint regex {regex!r} is not a valid regular "
                                   f"expression: {error}", fix="fix the checkpoint: regex:") from None
+    # Torn saves set aside locally (setaside.py) go up once, with the upload after the
+    # training ended, never again with every periodic checkpoint (issue 19).
+    hidden = () if final else (TORN_DIR,)
     if os.path.lexists(directory / MARKER_NAME):
-        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
+        snapshot = payload(take_snapshot(directory, Selection(exclude=hidden, regex=regex)))
         try:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         except SnapshotUnstableError as why:
@@ -233,12 +236,12 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
         return Prepared(snapshot, read_marker(directory), True, "marker", "completion marker")
     first = inspect_layout(directory) if layouts else UNKNOWN
     if first.complete is None:
-        snapshot = payload(take_snapshot(directory, Selection(regex=regex)))
+        snapshot = payload(take_snapshot(directory, Selection(exclude=hidden, regex=regex)))
         if not final and settle_s > 0:
             check_publishable(snapshot, now_ns=now, settle_s=settle_s)
         layer = "unchanged" if first.layout is Layout.UNKNOWN else first.layout.value
         return Prepared(snapshot, None, True, layer, first.reason, first.warnings)
-    selection = Selection(exclude=() if final else first.in_progress,
+    selection = Selection(exclude=hidden if final else first.in_progress + hidden,
                           quarantine=first.in_progress if final else (), regex=regex,
                           torn_root=f"{TORN_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now / 1e9))}")
     snapshot = take_snapshot(directory, selection)
