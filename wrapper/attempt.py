@@ -27,6 +27,7 @@ from wrapper.launchers import (
     tracker_file,
 )
 from wrapper.nvrx_verdict import NvrxFindings, apply_nvrx
+from wrapper.redact import redact
 from wrapper.nvrx_watch import STRAGGLER_REPORT_ENV, NvrxWatch
 from wrapper.outcome import (
     OutcomeRecord,
@@ -354,4 +355,4 @@ def _evidence_line(line: Any) -> dict[str, Any]:
 def _save_tails(artifacts: Path, run: SupervisedRun) -> None:
     for name, tail in (("stdout", run.stdout_tail), ("stderr", run.stderr_tail)):
         (artifacts / f"{name}.tail.log").write_text(
-            "".join(line + "\n" for line in tail), encoding="utf-8", errors="replace")
+            "".join(redact(line) + "\n" for line in tail), encoding="utf-8", errors="replace")

@@ -22,6 +22,7 @@ from click.utils import make_default_short_help
 from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
 from wrapper.redact import redact
+from wrapper.safe_output import safe_streams
 from wrapper.version import VERSION
 
 # command name -> the module that defines it (one module per area).
@@ -80,6 +81,12 @@ def _debug_requested(ctx: click.Context | None) -> bool:
 
 
 class _ReschedGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # One filter for everything the command prints, click's own errors included:
+        # credentials masked, control characters from logs and inputs escaped.
+        with safe_streams():
+            return super().main(*args, **kwargs)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(_COMMAND_MODULES) | set(self.commands))
 

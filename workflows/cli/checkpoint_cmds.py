@@ -12,6 +12,7 @@ from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.results import RestoreResult
 from wrapper.checkpoint.store import CheckpointStore
 from wrapper.redact import redact
+from wrapper.safe_output import write_control
 
 
 def _echo(text: str, **kwargs: object) -> None:
@@ -34,12 +35,12 @@ class _Progress:
             self._drawn = now
             rate = self.done / max(now - self.started, 1e-9)
             of = f" / {_size(self.total)}" if self.total else ""
-            _echo(f"\r{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ",
-                       err=True, nl=False)
+            write_control(sys.stderr, "\r")
+            _echo(f"{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ", err=True, nl=False)
 
     def close(self) -> None:
         if self.enabled and self._drawn != self.started:
-            _echo("\r\033[K", err=True, nl=False)
+            write_control(sys.stderr, "\r\033[K")
 
 
 def _size(count: float | None) -> str:
