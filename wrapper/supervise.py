@@ -24,6 +24,7 @@ from wrapper.exitwatch import open_pidfd, wait_readable
 from wrapper.hang import HangDetector, HangSettings
 from wrapper.linesink import LineSink, MarkGap, SkipLines
 from wrapper.procgroup import (
+    adopt_orphans,
     become_subreaper,
     forget_group,
     group_members,
@@ -185,6 +186,7 @@ class Supervisor:
             return self._launch_failed(error, started_wall)
         # Taken before anything can reap the child, so it names this very process.
         child_fd = open_pidfd(proc.pid)
+        adopt_orphans(proc.pid)
         self.relay.attach(proc.pid)
         sinks = self._start_pumps(proc)
         try:
