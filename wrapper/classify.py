@@ -23,6 +23,7 @@ from wrapper.launcher_logs import (
     recover,
     strip_ansi,
 )
+from wrapper.long_lines import capped_blocks
 from wrapper.decision import Decision
 from wrapper.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
 from wrapper.scanner import LineScanner, LogHit
@@ -520,23 +521,18 @@ def _scan_log(path: Path, scanner: LineScanner) -> SummaryBlock:
     """Scan a saved log in blocks of whole lines (the prefilter runs over each block in
     C) and keep its tail, where a launcher's failure summary is."""
     tail: deque[str] = deque(maxlen=_SUMMARY_TAIL_LINES)
-    count, rest = 0, ""
+    count = 0
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        while True:
-            chunk = handle.read(_READ_CHARS)
-            text = rest + chunk
-            cut = text.rfind("\n") + 1 if chunk else len(text)
-            block, rest = text[:cut], text[cut:]
-            if block:
-                count += scanner.feed_text(block, stream=str(path))
-                # not splitlines(): line numbers count "\n" only; split off the tail only
-                # (a full split of every block cost as much as scanning it)
-                lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
-                if lines[-1] == "":
-                    lines.pop()
-                tail.extend(lines[-_SUMMARY_TAIL_LINES:])
-            if not chunk:
-                break
+        # every line cut to a bounded length (wrapper/long_lines.py): a 1 GiB line is
+        # neither copied again and again nor held whole
+        for block in capped_blocks(handle.read, _READ_CHARS):
+            count += scanner.feed_text(block, stream=str(path))
+            # not splitlines(): line numbers count "\n" only; split off the tail only
+            # (a full split of every block cost as much as scanning it)
+            lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
+            if lines[-1] == "":
+                lines.pop()
+            tail.extend(lines[-_SUMMARY_TAIL_LINES:])
     return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
 
 
