@@ -47,7 +47,6 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
             fix=error.fix
             or "check indentation and quoting there; `resched render` shows the rendered text",
         ) from None
-    lines = dict(line_map(node, ())) if node is not None else {}
     if not isinstance(data, dict) or "workflow" not in data:
         raise SpecError(
             "the rendered spec has no `workflow:` mapping",
@@ -57,6 +56,8 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
     try:
         return WorkflowDocument.model_validate(data).workflow
     except ValidationError as error:
+        # the line of every path only when an error needs one (a 6 MB spec: 300k paths)
+        lines = dict(line_map(node, ())) if node is not None else {}
         raise _spec_error(error, lines, source, offset) from None
 
 
