@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 import click
-from click.utils import make_default_short_help
 
 from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
@@ -70,6 +69,12 @@ COMMAND_SUMMARIES = {
 
 
 
+def _short_help(name: str, summary: str, limit: int) -> str:
+    """The short help click would show for a command whose help is ``summary`` (through
+    its public API: ``click.utils.make_default_short_help`` is deprecated in Click 8.3)."""
+    return click.Command(name, help=summary).get_short_help_str(limit)
+
+
 def _debug_requested(ctx: click.Context | None) -> bool:
     if os.environ.get("RESCHED_DEBUG", "") not in ("", "0"):
         return True
@@ -104,7 +109,7 @@ class _ReschedGroup(click.Group):
                     continue
                 rows.append((name, command.get_short_help_str(limit)))
             else:
-                rows.append((name, make_default_short_help(summary, limit)))
+                rows.append((name, _short_help(name, summary, limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
