@@ -177,3 +177,17 @@ def test_the_line_mapper_still_maps_a_templated_middle() -> None:
     rendered = "workflow:\n  tasks:\n  - name: w0\n  - name: w1\n  - name: w2\n  x: 1\n"
     mapper = LineMapper(rendered, source, 1)
     assert [mapper.source_line(n) for n in range(1, 7)] == [1, 2, 4, 4, 4, 6]
+
+
+def test_a_spec_with_more_tasks_than_resched_checks_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workflows import spec_load
+
+    monkeypatch.setattr(spec_load, "MAX_TASKS", 5)  # the real limit, 10,000, takes seconds
+    spec = tmp_path / "w.yaml"
+    spec.write_text("workflow:\n  name: w\n  tasks:\n" + "".join(
+        f"  - name: t{i}\n    image: ubuntu\n    command: [sh]\n" for i in range(6)))
+    result = CliRunner().invoke(main, ["validate", str(spec)])
+    assert result.exit_code != 0
+    (line,) = [x for x in result.output.splitlines() if x.startswith("resched: error:")]
+    assert "6 tasks" in line and "at most 5" in line and str(spec) in line
