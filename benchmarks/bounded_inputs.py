@@ -58,6 +58,7 @@ def run_case(case: Case, source: Path, cwd: Path, timeout: float) -> Result:
                                 env=env, stdout=subprocess.DEVNULL, stderr=out,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         signalled = None
+        hwm: list[int] = []
         deadline = started + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -69,7 +70,8 @@ def run_case(case: Case, source: Path, cwd: Path, timeout: float) -> Result:
                 for child in _children(proc.pid) or [proc.pid]:  # resched, not `time`
                     os.kill(child, signal.SIGTERM)
                 signalled = now
-            if now > deadline:
+            if now > deadline:  # `time` dies too: take the peak from /proc first
+                hwm = [_vm_hwm_kib(child) for child in _children(proc.pid)]
                 os.killpg(proc.pid, signal.SIGKILL)
                 _, status, usage = os.wait4(proc.pid, 0)
                 break
@@ -78,15 +80,26 @@ def run_case(case: Case, source: Path, cwd: Path, timeout: float) -> Result:
     proc.returncode = os.waitstatus_to_exitcode(status)
     code: int | str = "timeout" if ended > deadline else proc.returncode
     text = (cwd / "out.txt").read_text(errors="replace").strip().splitlines()
-    peak_kib = float(usage.ru_maxrss)
+    peak_kib = float(max(hwm)) if code == "timeout" and hwm else float(usage.ru_maxrss)
     for line in text:
         if line.startswith(_PEAK):
             peak_kib = float(line.split()[1])
-    text = [line for line in text if not line.startswith(_PEAK)]
+    text = [line for line in text if not line.startswith(_PEAK)
+            and not line.startswith("Command exited with")]
     last = next((line for line in reversed(text) if line.startswith("resched: error")),
                 text[-1] if text else "")
     seconds = ended - (signalled if signalled is not None else started)
     return Result(seconds, peak_kib / 1024, code, last[:110])
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _children(pid: int) -> list[int]:
