@@ -274,4 +274,4 @@ def default_allocation(node: str, environ: Mapping[str, str]) -> str:
     return f"{node}-{stamp}-{os.getpid()}"
 
 
-__all__ = ["HEARTBEAT_FILE_ENV", "INTERNAL_ERROR_EXIT", "OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "run_wrap", "validate_config"]
+__all__ = ["HEARTBEAT_FILE_ENV", "INTERNAL_ERROR_EXIT", "OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "default_state_dir", "run_wrap", "validate_config"]
