@@ -8,6 +8,8 @@ runs another tree (e.g. ``git archive <commit>`` of the code before a fix) with 
 table, so before/after are measured the same way.
 
     python benchmarks/hostile_inputs.py [--source DIR] [--timeout 10] [--jobs 2]
+    python benchmarks/hostile_inputs.py --bounded [...]   # the time / memory table
+                                                          # (benchmarks/bounded_inputs.py)
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ def classify(args: list[str], env_extra: dict[str, str], source: Path, files: di
 
 
 def main() -> int:
+    if "--bounded" in sys.argv[1:]:
+        from benchmarks.bounded_inputs import main as bounded
+
+        return bounded([a for a in sys.argv[1:] if a != "--bounded"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=REPO)
     parser.add_argument("--timeout", type=float, default=10.0)

@@ -38,7 +38,7 @@ workflow:
       if [ "$step" -lt 25 ]; then exit 3; fi
       echo "plain: done at step $step"
     inputs: [{{url: "file://{store}/models"}}]
-    checkpoint: [{{path: /tmp/models, url: "file://{store}", frequency: 1s, regex: 'state\.txt$'}}]
+    checkpoint: [{{path: /tmp/models, url: "file://{store}", frequency: 1s, regex: 'state\\.txt$'}}]
     exitActions: {{RESCHEDULE: 3}}
 """
 

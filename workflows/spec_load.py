@@ -47,17 +47,41 @@ def _parse_workflow(text: str, *, source: str, first_line: int) -> Workflow:
             fix=error.fix
             or "check indentation and quoting there; `resched render` shows the rendered text",
         ) from None
-    lines = dict(line_map(node, ())) if node is not None else {}
     if not isinstance(data, dict) or "workflow" not in data:
         raise SpecError(
             "the rendered spec has no `workflow:` mapping",
             where=source,
             fix="start the spec with a top-level `workflow:` key",
         )
+    _check_task_count(data["workflow"], source)
     try:
         return WorkflowDocument.model_validate(data).workflow
     except ValidationError as error:
+        # the line of every path only when an error needs one (a 6 MB spec: 300k paths)
+        lines = dict(line_map(node, ())) if node is not None else {}
         raise _spec_error(error, lines, source, offset) from None
+
+
+# Validation and lint take time and memory per task (a 6 MB spec of 85k tasks: 30 s,
+# 700 MB); OSMO's own default limit is 20 tasks (lint RS011). Far above any real
+# workflow, this keeps every spec under the 8 MiB input cap to seconds.
+MAX_TASKS = 10_000
+
+
+def _check_task_count(workflow: Any, source: str) -> None:
+    if not isinstance(workflow, dict):
+        return
+    tasks = workflow.get("tasks")
+    count = len(tasks) if isinstance(tasks, list) else 0
+    groups = workflow.get("groups")
+    for group in groups if isinstance(groups, list) else ():
+        if isinstance(group, dict) and isinstance(group.get("tasks"), list):
+            count += len(group["tasks"])
+    if count > MAX_TASKS:
+        raise SpecError(
+            f"the workflow has {count:,} tasks; resched checks at most {MAX_TASKS:,} "
+            "(OSMO's default max_num_tasks is 20)", where=source,
+            fix="split it into several workflows, or give each task more GPUs")
 
 
 def line_map(node: yaml.Node, path: Loc = ()) -> Iterator[tuple[Loc, int]]:

@@ -28,6 +28,7 @@ from wrapper.launchers import (
 from wrapper.classifier.nvrx_verdict import NvrxFindings
 from wrapper.classifier.nvrx_watch import STRAGGLER_REPORT_ENV
 from wrapper.classifier.output_watch import OutputWatch
+from wrapper.redact import redact
 from wrapper.outcome import (
     OutcomeRecord,
     attempt_artifacts_dir,
@@ -359,4 +360,4 @@ def _evidence_line(line: Any) -> dict[str, Any]:
 def _save_tails(artifacts: Path, run: SupervisedRun) -> None:
     for name, tail in (("stdout", run.stdout_tail), ("stderr", run.stderr_tail)):
         (artifacts / f"{name}.tail.log").write_text(
-            "".join(line + "\n" for line in tail), encoding="utf-8", errors="replace")
+            "".join(redact(line) + "\n" for line in tail), encoding="utf-8", errors="replace")

@@ -35,6 +35,7 @@ from typing import Any
 
 from wrapper.decision import Decision
 from wrapper.errors import ReschedError
+from wrapper.redact import redact_data
 
 HISTORY_FILE = "history.json"
 LOCK_FILE = "history.lock"
@@ -332,7 +333,10 @@ class HistoryStore:
         fd, tmp = tempfile.mkstemp(prefix=".history.", suffix=".tmp", dir=self.state_dir)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(history.to_dict(), handle, indent=1, sort_keys=True, default=str)
+                # History travels with the checkpoint (the store uploads it): no credential
+                # from the training's command line, environment or log goes with it.
+                safe = redact_data(json.loads(json.dumps(history.to_dict(), default=str)))
+                json.dump(safe, handle, indent=1, sort_keys=True, default=str)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)

@@ -21,7 +21,8 @@ from typing import Any, TextIO
 
 from wrapper.config import OUTCOME_FILE_ENV
 from wrapper.decision import Decision
-from wrapper.redact import redact, redact_data
+from wrapper.redact import redact_data
+from wrapper.safe_output import clean
 
 __all__ = ["OUTCOME_FILE_ENV", "OutcomeRecord", "describe_decision", "describe_ending"]
 
@@ -82,9 +83,9 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     try:
         # Round-trip through JSON first so that every string (str() of odd values too)
         # passes the credential filter before it reaches the disk.
-        clean = redact_data(json.loads(json.dumps(data, default=str)))
+        redacted = redact_data(json.loads(json.dumps(data, default=str)))
         with os.fdopen(handle, "w", encoding="utf-8") as tmp:
-            json.dump(clean, tmp, indent=2, sort_keys=True, default=str)
+            json.dump(redacted, tmp, indent=2, sort_keys=True, default=str)
             tmp.write("\n")
             tmp.flush()
             os.fsync(tmp.fileno())
@@ -191,11 +192,12 @@ def _first_sentence(text: str) -> str:
 def say(line: str, stream: TextIO | None = None) -> None:
     """One ``resched: ...`` line on stderr, flushed (it interleaves with the command's)."""
     out = stream or sys.stderr
-    out.write(f"resched: {redact(line)}\n")
+    out.write(f"resched: {clean(line)}\n")
     out.flush()
 
 
 def emit_event(name: str, fields: Mapping[str, Any], stream: TextIO | None = None) -> None:
     """``resched: event <name> <json>`` for the local executor's timeline."""
     payload = {"t": time.time(), **fields}
+    payload = redact_data(json.loads(json.dumps(payload, default=str)))  # an argv's values too
     say(f"event {name} {json.dumps(payload, sort_keys=True, default=str)}", stream)

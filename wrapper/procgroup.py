@@ -40,6 +40,21 @@ def become_subreaper() -> None:
 
 # pgid -> {pid: start time} of every process seen in that task's tree.
 _known: dict[int, dict[int, int]] = {}
+# pgid -> start time of the task's first process: an orphan re-parented to this process
+# (the subreaper) that started no earlier is the task's, even if no census saw its parent
+# (a `setsid -f` or double-forked daemon whose parents exited between two censuses).
+_orphan_floor: dict[int, int] = {}
+
+
+def adopt_orphans(pgid: int) -> None:
+    """Count as the task's every process re-parented to us that started with it or later.
+
+    The wrapper starts no other process while a task runs, so such an orphan can only
+    come from the task; processes that were our children before (a test harness's
+    servers) started earlier and are left alone."""
+    started = start_time(pgid)
+    if started is not None:
+        _orphan_floor[pgid] = started
 
 
 def kill_group(pgid: int, signum: int) -> None:
@@ -63,6 +78,7 @@ def kill_group(pgid: int, signum: int) -> None:
 def forget_group(pgid: int) -> None:
     """Drop what was remembered about a task whose processes are all reaped."""
     _known.pop(pgid, None)
+    _orphan_floor.pop(pgid, None)
 
 
 def _stat_fields(pid: str) -> tuple[str, int, int, int] | None:
@@ -102,9 +118,11 @@ def group_members(pgid: int) -> list[tuple[int, str, int]]:
             if fields is not None:
                 table[int(entry)] = fields
     known = _known.setdefault(pgid, {})
+    me, floor = os.getpid(), _orphan_floor.get(pgid)
     members = {
-        pid for pid, (_, _, pgrp, start) in table.items()
+        pid for pid, (_, ppid, pgrp, start) in table.items()
         if pgrp == pgid or known.get(pid) == start
+        or (floor is not None and ppid == me and start >= floor)
     }
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _, _) in table.items():

@@ -14,8 +14,9 @@
   (``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``*_PASSWORD``, ...), wherever
   it is echoed (an error message from a library that quotes the key it was given).
 
-It is applied where text leaves the process: the top-level CLI error printer, the
-checkpoint commands' output, the wrapper's ``say`` / events and its JSON records.
+plus command-line options and argv lists whose flag names a secret, and known token
+shapes (``AKIA...``, ``hf_...``, ``ghp_...``, JWTs, ...). It is applied to every text the
+CLI prints (``wrapper.safe_output``) and to every record and history file written.
 """
 
 from __future__ import annotations
@@ -35,27 +36,91 @@ _SECRET_NAME = (
     r"|(?:[\w.-]*?[_.-]?)(?:access|api|private|account|sas|session)[_.-]?key(?:[_.-]?id)?"
 )
 _QUERY_ONLY_NAME = r"|sig|sk|key|code"
+# The password runs to the LAST "@" of the token: a password may hold "@" and "/" (people
+# paste them unencoded), and masking a path segment too is better than half a secret.
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:?#]*)(?::[^\s@]*)?@"
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:?#'\"]*)(?::[^\s'\"]*)?@"
 )
 # The same user-info once a library stripped the scheme ("KEY:SECRET@host/bucket"). A
 # "host" that is only a duration or a checkpoint count is a chaos spec
 # ("kill:master@20s", "term:master@3ckpt"), which has the same shape and no secret.
 _BARE_USERINFO = re.compile(
-    r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s@'\"]*@"
+    r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s'\"]*@"
     r"(?!\d+(?:\.\d+)?(?:ms|us|s|m|h|d|ckpt)?(?![\w.:/]))")
+# User-info never spans whitespace or quotes: it is looked for token by token, and only in
+# tokens with an "@", so that the backtracking of the two patterns above stays within one
+# short token (a 200 KB "a:a:a:..." line took 38 s when they ran over the whole text).
+_TOKEN = re.compile(r"[^\s'\"]*@[^\s'\"]*")
+_LONG_TOKEN = 4096
+
+
+def _userinfo_in_token(match: re.Match[str]) -> str:
+    token = match.group(0)
+    if len(token) > _LONG_TOKEN and ":" in token:
+        return MASK  # too long to take apart cheaply: none of it is shown
+    token = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", token)
+    return _BARE_USERINFO.sub(f"{MASK}@", token)
+
+
 _QUERY_SECRET = re.compile(
     rf"(?P<lead>[?&;](?i:{_SECRET_NAME}{_QUERY_ONLY_NAME})=)[^&\s#'\"]*")
+# "name=value" / "name: value" / "'name': 'value'"; the name is judged by secret_name().
 _PAIR_SECRET = re.compile(
-    rf"(?P<lead>(?<![\w.-])(?i:{_SECRET_NAME})['\"]?\s*[=:]\s*['\"]?)"
+    r"(?P<lead>(?<![\w.-])(?P<name>[A-Za-z][\w.-]*)['\"]?\s*[=:]\s*['\"]?)"
     r"(?P<value>[^\s'\",;&}\]]+)"
 )
 # fsspec storage options spell the S3 pair "key" / "secret": a quoted "key" is one.
 _QUOTED_KEY = re.compile(r"(?P<lead>(['\"])key\2\s*:\s*(['\"]))(?P<value>[^'\"]*)")
-_ENV_SECRET_NAME = re.compile(
-    r"(SECRET|PASSWORD|PASSWD|TOKEN|ACCESS_KEY|API_KEY|CREDENTIAL|PRIVATE_KEY|SESSION)",
-    re.IGNORECASE,
-)
+# Known token shapes, masked wherever they appear even with no name beside them (a log
+# line echoing a header, a traceback quoting an argument). Sources: AWS IAM key ids
+# (AKIA/ASIA...), Hugging Face (hf_), GitHub (ghp_/gho_/ghu_/ghs_/ghr_, github_pat_),
+# GitLab (glpat-), Slack (xox?-), OpenAI / Anthropic style (sk-...), Google API keys
+# (AIza...) and OAuth access tokens (ya29.), JSON web tokens, PEM private keys.
+_TOKEN_SHAPES = re.compile(
+    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b"
+    r"|\bhf_[A-Za-z0-9]{30,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{30,}|\bgithub_pat_[A-Za-z0-9_]{40,}"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"
+    r"|\bsk-(?:[A-Za-z0-9_-]{4,}-)?[A-Za-z0-9_-]{20,}"
+    r"|\bAIza[0-9A-Za-z_-]{35}"
+    r"|\bya29\.[0-9A-Za-z_.-]{10,}"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+    re.DOTALL)
+# "Authorization: Bearer <token>" / "Basic <base64>": the scheme word is not the secret.
+_AUTH_SCHEME = re.compile(r"(?P<lead>\b(?i:bearer|basic|token)\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
+# A secret given as a command-line option, "--hf-token hf_x" / "--password=s3cr3t".
+_OPTION = re.compile(r"(?P<lead>(?<!\S)--?(?P<name>[A-Za-z][\w-]*)(?:=|\s+))(?P<value>[^\s'\"]+)")
+_FLAG = re.compile(r"--?[A-Za-z][\w-]*")
+# Words of a variable or option name that say it holds a credential. "key" only with a
+# qualifier before it (AWS_ACCESS_KEY_ID, WANDB_API_KEY, AZURE_STORAGE_KEY), so that
+# "KEY" or "SORT_KEY"-like one-word names stay out.
+_SECRET_WORDS = frozenset({
+    "secret", "secrets", "password", "passwd", "passphrase", "token", "credential",
+    "credentials", "apikey", "signature", "sas", "auth", "authorization", "pat",
+})
+_NOT_A_VALUE = frozenset({"file", "path", "dir", "url", "endpoint", "region", "type", "name",
+                          "len", "length", "count", "limit", "sock", "socket"})
+
+
+def secret_name(name: str) -> bool:
+    """True for a variable / option / field name that holds a credential
+    (``AWS_SECRET_ACCESS_KEY``, ``HF_TOKEN``, ``WANDB_API_KEY``, ``--db-password``),
+    false for ``TOKENIZERS_PARALLELISM``, ``PWD``, ``max_tokens`` or ``AWS_CONFIG_FILE``."""
+    words = [w for w in re.split(r"[_.\-\s]+|(?<=[a-z])(?=[A-Z])", name.strip("-")) if w]
+    words = [w.lower() for w in words]
+    if not words or words[-1] in _NOT_A_VALUE:
+        return False
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    if any("secret" in w or "password" in w or "passwd" in w for w in words):
+        return True  # MYSQLPASSWORD, clientSecret
+    last = words[-2] if words[-1] == "id" and len(words) > 2 else words[-1]
+    return last in ("key", "accesskey", "privatekey", "accountkey", "connectionstring") \
+        and len(words) > 1 or "connection" in words and "string" in words
+
+
 _MIN_ENV_SECRET = 6  # shorter values ("1", "true") would mask unrelated text
 _URL_PARTS = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?P<user>[^/@:?#]*)(?::(?P<pw>[^@]*))?@")
 _known: set[str] = set()
@@ -72,7 +137,7 @@ def register_url_secrets(url: str, options: Mapping[str, Any] | None = None) -> 
     found += [m.group(0).split("=", 1)[1] for m in _QUERY_SECRET.finditer(url or "")]
     for name, value in (options or {}).items():
         if isinstance(value, str) and (name in ("key", "secret", "token", "password")
-                                       or _ENV_SECRET_NAME.search(name)):
+                                       or secret_name(name)):
             found.append(value)
     for value in found:
         pieces = [value, *re.split(r"[/:+=%&]", value)]
@@ -81,7 +146,7 @@ def register_url_secrets(url: str, options: Mapping[str, Any] | None = None) -> 
 
 def _env_secrets(env: Mapping[str, str]) -> list[str]:
     values = {value for name, value in env.items()
-              if _ENV_SECRET_NAME.search(name) and len(value) >= _MIN_ENV_SECRET}
+              if len(value) >= _MIN_ENV_SECRET and secret_name(name)}
     return sorted(values, key=len, reverse=True)  # longest first: no partial leftovers
 
 
@@ -93,18 +158,29 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     for value in sorted(literal, key=len, reverse=True):
         text = text.replace(value, MASK)
 
-    def userinfo(match: re.Match[str]) -> str:
-        return f"{match['scheme']}{MASK}@"
-
-    text = _URL_USERINFO.sub(userinfo, text)
-    text = _BARE_USERINFO.sub(f"{MASK}@", text)
+    if "@" in text:
+        text = _TOKEN.sub(_userinfo_in_token, text)
     text = _QUERY_SECRET.sub(lambda m: f"{m['lead']}{MASK}", text)
 
+    text = _AUTH_SCHEME.sub(lambda m: m["lead"] + MASK, text)
+
     def pair(match: re.Match[str]) -> str:
-        return match["lead"] + (match["value"] if match["value"] == MASK else MASK)
+        if match["value"] == MASK or match["value"].lower() in ("bearer", "basic") \
+                or match["value"].startswith("//") or not secret_name(match["name"]):
+            return match.group(0)
+        return match["lead"] + MASK
 
     text = _PAIR_SECRET.sub(pair, text)
-    return _QUOTED_KEY.sub(lambda m: f"{m['lead']}{MASK}", text)
+    text = _QUOTED_KEY.sub(lambda m: f"{m['lead']}{MASK}", text)
+    text = _TOKEN_SHAPES.sub(MASK, text)
+
+    def option(match: re.Match[str]) -> str:
+        if match["value"] == MASK or match["value"].startswith("-") \
+                or not secret_name(match["name"]):
+            return match.group(0)
+        return match["lead"] + MASK
+
+    return _OPTION.sub(option, text)
 
 
 def redact_data(data: Any, env: Mapping[str, str] | None = None) -> Any:
@@ -115,5 +191,11 @@ def redact_data(data: Any, env: Mapping[str, str] | None = None) -> Any:
         return {redact(str(k), env) if isinstance(k, str) else k: redact_data(v, env)
                 for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [redact_data(item, env) for item in data]
+        items = [redact_data(item, env) for item in data]
+        for index in range(1, len(items)):  # an argv: "--password", "VALUE"
+            flag = data[index - 1]
+            if isinstance(flag, str) and isinstance(items[index], str) \
+                    and _FLAG.fullmatch(flag) and secret_name(flag):
+                items[index] = MASK
+        return items
     return data

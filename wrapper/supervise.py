@@ -25,6 +25,7 @@ from wrapper.hang import HangDetector, HangSettings
 from wrapper.teardown import FinishSeen
 from wrapper.linesink import LineSink, MarkGap, SkipLines
 from wrapper.procgroup import (
+    adopt_orphans,
     become_subreaper,
     forget_group,
     group_members,
@@ -194,6 +195,7 @@ class Supervisor:
             return self._launch_failed(error, started_wall)
         # Taken before anything can reap the child, so it names this very process.
         child_fd = open_pidfd(proc.pid)
+        adopt_orphans(proc.pid)
         self.relay.attach(proc.pid)
         sinks = self._start_pumps(proc)
         try:

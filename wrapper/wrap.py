@@ -9,6 +9,7 @@ code, the abort code, 70 for a bug in the wrapper (never 0).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sys
@@ -40,6 +41,7 @@ from wrapper.outcome import (
     write_json_atomic,
 )
 from wrapper.pathcheck import check_path_kind
+from wrapper.state_dir import StateClaim, claim_state_dir, default_state_dir
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
 
@@ -129,6 +131,7 @@ class _AttemptLoop:
         self.checkpoint = CheckpointSession(
             config.checkpoint_url, config.checkpoint_dir, config.sync_every_s)
         self._own_heartbeat_dir: Path | None = None
+        self.state: StateClaim | None = None
 
     def run(self, judge: Judge | None) -> int:
         config = self.config
@@ -137,18 +140,35 @@ class _AttemptLoop:
             max_retries=config.max_retries, max_reschedules=config.max_reschedules,
             reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
-        self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
+        try:
+            self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
+        except OSError as error:  # a read-only or full target: the user's to fix, not exit 70
+            if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
+                                   errno.EDQUOT, errno.ENOTDIR):
+                raise
+            raise WrapConfigError(
+                f"cannot restore the checkpoint into {config.checkpoint_dir}: "
+                f"{error.strerror or error}", where="--checkpoint-dir",
+                fix="give a writable --checkpoint-dir") from None
         try:
             config.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:  # e.g. read-only: user input, never exit 70
             raise WrapConfigError(f"cannot create the state directory {config.state_dir}: "
                                   f"{error.strerror or error}", where="--state-dir",
                                   fix="choose a writable directory with --state-dir") from None
+        self.state = claim_state_dir(config.state_dir, config.node, say)
+        if self.state.path != config.state_dir:  # read-only: records go to a private copy
+            self.config = config = replace(config, state_dir=self.state.path)
+            if isinstance(judge, RuleJudge):
+                from wrapper.history import HistoryStore
+                judge.store = HistoryStore(self.state.path)
         history = judge.load_history()
         verdict = node_guard.guard(history, config.node)
         if verdict.reason:
             say(verdict.reason)
         if verdict.leave:
+            say(f"that history is in {self.state.fallback_from or self.state.path}; delete that "
+                "directory or pass another --state-dir if it belongs to another run")
             return self._leave_excluded_node(judge, history, verdict.reason)
         # One completeness verdict before every launch (issue 19): what the framework would
         # wrongly resume from goes aside; before the syncer starts, and after each attempt
@@ -248,13 +268,10 @@ class _AttemptLoop:
             say(f"could not write the outcome file {path}: {error}")
 
     def cleanup(self) -> None:
+        if self.state is not None:
+            self.state.release()
         if self._own_heartbeat_dir is not None:
             shutil.rmtree(self._own_heartbeat_dir, ignore_errors=True)
-
-
-def default_state_dir(checkpoint_dir: Path | None) -> Path:
-    """``<checkpoint-dir>/.resched`` (travels with the checkpoint), else ``./.resched``."""
-    return (checkpoint_dir or Path.cwd()) / ".resched"
 
 
 def default_allocation(node: str, environ: Mapping[str, str]) -> str:
@@ -265,4 +282,4 @@ def default_allocation(node: str, environ: Mapping[str, str]) -> str:
     return f"{node}-{stamp}-{os.getpid()}"
 
 
-__all__ = ["HEARTBEAT_FILE_ENV", "INTERNAL_ERROR_EXIT", "OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "run_wrap", "validate_config"]
+__all__ = ["HEARTBEAT_FILE_ENV", "INTERNAL_ERROR_EXIT", "OUTCOME_FILE_ENV", "WrapConfig", "WrapConfigError", "default_state_dir", "run_wrap", "validate_config"]

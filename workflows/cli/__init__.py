@@ -17,11 +17,11 @@ import sys
 from typing import Any
 
 import click
-from click.utils import make_default_short_help
 
 from wrapper.config import INTERNAL_ERROR_EXIT  # EX_SOFTWARE, shared with `resched wrap`
 from wrapper.errors import ReschedError
 from wrapper.redact import redact
+from wrapper.safe_output import safe_streams
 from wrapper.version import VERSION
 
 # command name -> the module that defines it (one module per area).
@@ -69,6 +69,12 @@ COMMAND_SUMMARIES = {
 
 
 
+def _short_help(name: str, summary: str, limit: int) -> str:
+    """The short help click would show for a command whose help is ``summary`` (through
+    its public API: ``click.utils.make_default_short_help`` is deprecated in Click 8.3)."""
+    return click.Command(name, help=summary).get_short_help_str(limit)
+
+
 def _debug_requested(ctx: click.Context | None) -> bool:
     if os.environ.get("RESCHED_DEBUG", "") not in ("", "0"):
         return True
@@ -80,6 +86,12 @@ def _debug_requested(ctx: click.Context | None) -> bool:
 
 
 class _ReschedGroup(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # One filter for everything the command prints, click's own errors included:
+        # credentials masked, control characters from logs and inputs escaped.
+        with safe_streams():
+            return super().main(*args, **kwargs)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(_COMMAND_MODULES) | set(self.commands))
 
@@ -97,7 +109,7 @@ class _ReschedGroup(click.Group):
                     continue
                 rows.append((name, command.get_short_help_str(limit)))
             else:
-                rows.append((name, make_default_short_help(summary, limit)))
+                rows.append((name, _short_help(name, summary, limit)))
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

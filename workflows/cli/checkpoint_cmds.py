@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from pathlib import Path
@@ -12,11 +13,16 @@ from wrapper.checkpoint.errors import CheckpointError
 from wrapper.checkpoint.results import RestoreResult
 from wrapper.checkpoint.store import CheckpointStore
 from wrapper.redact import redact
+from wrapper.safe_output import write_control
 
 
 def _echo(text: str, **kwargs: object) -> None:
     """Every line of these commands names a store URL: never print its credentials."""
     click.echo(redact(text), **kwargs)  # type: ignore[arg-type]
+
+
+_TARGET_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
+                  errno.ENOTDIR)
 
 
 class _Progress:
@@ -34,12 +40,12 @@ class _Progress:
             self._drawn = now
             rate = self.done / max(now - self.started, 1e-9)
             of = f" / {_size(self.total)}" if self.total else ""
-            _echo(f"\r{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ",
-                       err=True, nl=False)
+            write_control(sys.stderr, "\r")
+            _echo(f"{self.label}: {_size(self.done)}{of} ({_size(rate)}/s)  ", err=True, nl=False)
 
     def close(self) -> None:
         if self.enabled and self._drawn != self.started:
-            _echo("\r\033[K", err=True, nl=False)
+            write_control(sys.stderr, "\r\033[K")
 
 
 def _size(count: float | None) -> str:
@@ -102,6 +108,11 @@ def restore_cmd(url: str, directory: Path, force: bool, osmo_layout: bool) -> No
     try:
         result = CheckpointStore(url, osmo_layout=osmo_layout).restore(
             directory, allow_nonempty=force, progress=progress)
+    except OSError as error:  # the target, not the store: a read-only or full file system
+        if error.errno not in _TARGET_ERRNOS:
+            raise
+        raise CheckpointError(f"cannot restore into {directory}: {error.strerror or error}",
+                              fix="choose a writable target directory") from None
     finally:
         progress.close()
     if result is None:

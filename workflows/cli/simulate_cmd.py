@@ -65,6 +65,9 @@ def simulate(gpus: int, gpus_per_node: int, days: float, seed: int, policy: str,
     _positive_int(gpus_per_node, "--gpus-per-node")
     if not (math.isfinite(days) and days > 0):
         raise UsageError(f"{days} is not a number of days", where="--days", fix="give e.g. 30")
+    from workflows.simulate.limits import check_scale
+
+    check_scale(gpus, gpus_per_node, days)
     cost = _duration(checkpoint_cost, "--checkpoint-cost")
     block = _duration(async_block, "--async-block") if async_block is not None else None
     if block is not None and block > cost:

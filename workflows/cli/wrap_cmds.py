@@ -20,7 +20,8 @@ from wrapper.durations import parse_duration
 from wrapper.errors import ReschedError
 from wrapper.hang import parse_hang_timeout
 from wrapper.stop_outcome import parse_stop_signal
-from wrapper.wrap import WrapConfig, default_allocation, default_state_dir, run_wrap
+from wrapper.state_dir import STATE_HELP, default_state_dir
+from wrapper.wrap import WrapConfig, default_allocation, run_wrap
 
 _PATH = click.Path(path_type=Path)
 _DIR = NonEmptyPath(file_okay=False, path_type=Path)  # click names a path of the wrong kind
@@ -76,7 +77,7 @@ def _seconds(value: str | None, flag: str) -> float | None:
 @click.option("--sync-every", default=None, envvar=cfg.SYNC_EVERY_ENV,
               help="Publish the checkpoint dir to --checkpoint-url this often (e.g. 10m).")
 @click.option("--state-dir", type=_DIR, default=None, envvar=cfg.STATE_DIR_ENV,
-              help="Outcome records and history (default: <checkpoint-dir>/.resched).")
+              help=STATE_HELP)
 @click.option("--rules", "rule_files", type=_FILE, multiple=True,
               help="Extra rules file (YAML); repeatable; takes precedence over the catalogue.")
 @click.option("--expect-finished-flag", type=_FILE, default=None,
@@ -114,7 +115,7 @@ def wrap(
     try:
         config = WrapConfig(
             command=tuple(command),
-            state_dir=state_dir or default_state_dir(checkpoint_dir),
+            state_dir=state_dir or default_state_dir(checkpoint_dir, command),
             node=node_name,
             allocation=default_allocation(node_name, os.environ),
             reschedule_code=reschedule_code,

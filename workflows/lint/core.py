@@ -146,7 +146,15 @@ class LintContext:
         return Finding(rule_id, severity, path, message, fix, self.line_of(path))
 
     def sites_in(self, group: Group) -> tuple[TaskSite, ...]:
-        return tuple(s for s in self.sites if s.group is group)
+        return self._sites_by_group.get(id(group), ())
+
+    @cached_property
+    def _sites_by_group(self) -> dict[int, tuple[TaskSite, ...]]:
+        # one pass: asked once per task, a scan of every site made lint quadratic
+        by_group: dict[int, list[TaskSite]] = {}
+        for site in self.sites:
+            by_group.setdefault(id(site.group), []).append(site)
+        return {key: tuple(sites) for key, sites in by_group.items()}
 
 
 Rule = Callable[[LintContext], Iterable[Finding]]

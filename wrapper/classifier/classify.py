@@ -24,6 +24,7 @@ from wrapper.classifier.launcher_logs import (
     strip_ansi,
 )
 from wrapper.classifier.costs import RESTART_MAY_FIX, least_regret
+from wrapper.long_lines import capped_blocks
 from wrapper.decision import Decision
 from wrapper.classifier.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
 from wrapper.classifier.scanner import LineScanner, LogHit
@@ -678,24 +679,19 @@ def _scan_log(path: Path, reader: _BlockReader) -> SummaryBlock:
     """Feed a saved log in blocks of whole lines (the prefilter runs over each block in
     C) and keep its tail, where a launcher's failure summary is."""
     tail: deque[str] = deque(maxlen=_SUMMARY_TAIL_LINES)
-    count, rest = 0, ""
+    count = 0
     with open(path, encoding="utf-8", errors="replace", newline="") as handle:
-        while True:
-            chunk = handle.read(_READ_CHARS)
-            text = rest + chunk
-            cut = text.rfind("\n") + 1 if chunk else len(text)
-            block, rest = text[:cut], text[cut:]
-            if block:
-                reader.feed_text(block, str(path))
-                # as LineScanner counts: "\n" only (not splitlines()), a last line without one
-                count += block.count("\n") + (0 if block.endswith("\n") else 1)
-                # split off the tail only (a full split of every block cost as much as scanning it)
-                lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
-                if lines[-1] == "":
-                    lines.pop()
-                tail.extend(lines[-_SUMMARY_TAIL_LINES:])
-            if not chunk:
-                break
+        # every line cut to a bounded length (wrapper/long_lines.py): a 1 GiB line is
+        # neither copied again and again nor held whole
+        for block in capped_blocks(handle.read, _READ_CHARS):
+            reader.feed_text(block, str(path))
+            # as LineScanner counts: "\n" only (not splitlines()), a last line without one
+            count += block.count("\n") + (0 if block.endswith("\n") else 1)
+            # split off the tail only (a full split of every block cost as much as scanning it)
+            lines = block.rsplit("\n", _SUMMARY_TAIL_LINES + 1)
+            if lines[-1] == "":
+                lines.pop()
+            tail.extend(lines[-_SUMMARY_TAIL_LINES:])
     return SummaryBlock(source=str(path), lines=tuple(tail), first_lineno=count - len(tail) + 1)
 
 

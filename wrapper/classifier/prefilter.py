@@ -26,6 +26,8 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as sre_c  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
+from wrapper.regex_engine import compile_alternation
+
 _MIN_LITERAL = 3
 _ANCHOR_LEN = 12
 Literal = tuple[str, bool]  # text, case-insensitive
@@ -129,7 +131,8 @@ class Prefilter:
                     finds.append(text)
         wholes = [f"(?:{p})" for p in dict.fromkeys(whole)]
         parts = ([trie_regex(list(dict.fromkeys(anchors)))] if anchors else []) + wholes
-        self.regex = re.compile("|".join(parts), re.MULTILINE) if parts else None
+        # user patterns among ``whole`` may only be safe on RE2 (wrapper/regex_engine.py)
+        self.regex = compile_alternation(parts, re.MULTILINE) if parts else None
         # a literal that contains another one is redundant
         unique = sorted(dict.fromkeys(finds), key=len)
         self.finds = tuple(t for i, t in enumerate(unique) if not any(s in t for s in unique[:i]))

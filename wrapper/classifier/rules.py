@@ -22,6 +22,7 @@ from typing import Any
 from wrapper import yamlsafe
 from wrapper.decision import DECISIONS, Decision
 from wrapper.errors import ReschedError
+from wrapper.regex_engine import UnsafePattern, user_pattern
 from wrapper.inputfile import InputFileError, read_input_text
 
 __all__ = ["DECISIONS", "Decision", "Escalation", "Match", "Rule", "RuleSet", "RulesError",
@@ -546,4 +547,11 @@ def _compile(pattern: str, field: str, ctx: _Field) -> re.Pattern[str]:
         raise ctx.error(field, f"invalid regex {pattern!r}: {error}") from None
     if compiled.search(""):
         raise ctx.error(field, f"regex {pattern!r} matches the empty line, so it matches every line")
-    return compiled
+    if ctx.path == CATALOGUE_PATH:
+        return compiled
+    try:  # a user's pattern: linear-time engine, or refused (wrapper/regex_engine.py)
+        return user_pattern(compiled)  # type: ignore[return-value]
+    except UnsafePattern as why:
+        raise ctx.error(field, f"regex {pattern!r} can take exponential time on a log line: "
+                        f"{why} (and RE2 cannot run it)",
+                        fix="rewrite it without that shape, or pip install google-re2") from None

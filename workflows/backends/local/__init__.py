@@ -18,6 +18,7 @@ from workflows.backends.base import Backend, Request, SubmitResult
 from workflows.backends.options import BackendOption, OptionType, parse_options
 from workflows.backends.local.chaos import parse_chaos
 from workflows.backends.local.plan import LocalOptions, LocalPlan, build_plan
+from wrapper.redact import redact_data
 
 if TYPE_CHECKING:
     from workflows.pipeline import LoadedWorkflow
@@ -98,7 +99,7 @@ def execute(plan: LocalPlan) -> dict[str, Any]:
         progress.line(line)
     # The run directory always holds its report (``resched report RUN_DIR`` reads it);
     # ``--report FILE`` writes a copy where the user asked.
-    text = json.dumps(report, indent=2, default=str) + "\n"
+    text = json.dumps(redact_data(json.loads(json.dumps(report, default=str))), indent=2) + "\n"
     for path in dict.fromkeys((plan.workdir / "report.json", plan.options.report or plan.workdir / "report.json")):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from workflows.backends.local.timeline import Event
+from wrapper.safe_output import write_control
 
 _REDRAW_S = 0.5
 
@@ -104,7 +105,7 @@ class Progress:
 
     def _erase(self) -> None:
         if self.mode == "tty" and self._block_lines:
-            self.stream.write(f"\x1b[{self._block_lines}F\x1b[J")
+            write_control(self.stream, f"\x1b[{self._block_lines}F\x1b[J")
             self._block_lines = 0
 
     def _draw(self) -> None:

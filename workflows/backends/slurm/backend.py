@@ -229,10 +229,16 @@ class SlurmBackend(Backend):
                 "sbatch is not on PATH",
                 fix="run on a Slurm login node (scripts/slurm-cluster up for a local one)",
             )
+        new_paths = _not_yet_there(request)
         request.write(request.workdir)
         ids: dict[str, str] = {}
-        for job in request.jobs:  # in DAG order: the ids a job depends on are known
-            ids[job.group] = self._sbatch(job, job.argv_with(ids))
+        try:
+            for job in request.jobs:  # in DAG order: the ids a job depends on are known
+                ids[job.group] = self._sbatch(job, job.argv_with(ids))
+        except BaseException:
+            if not ids:  # nothing was submitted: a failed command leaves nothing behind
+                _remove_new(new_paths)
+            raise
         job_ids = [ids[job.group] for job in request.jobs]
         message = ", ".join(f"group {j.group}: job {i}" for j, i in zip(request.jobs, job_ids))
         return SubmitResult(
@@ -252,6 +258,32 @@ class SlurmBackend(Backend):
                 fix="check SLURM_CONF, the partition and the account",
             )
         return done.stdout.strip().split(";", 1)[0]
+
+
+def _not_yet_there(request: SlurmRequest) -> list[Path]:
+    """What ``request.write`` is about to create (files, and the folders above them up to
+    and including the work dir), deepest first: removed again when no job was submitted."""
+    targets = [request.workdir / relative for relative in request.files]
+    targets.append(request.workdir / "sbatch-argv.txt")
+    new: set[Path] = set()
+    for target in targets:
+        for path in (target, *target.parents):
+            if os.path.lexists(path):
+                break
+            new.add(path)
+    return sorted(new, key=lambda p: len(p.parts), reverse=True)
+
+
+def _remove_new(paths: list[Path]) -> None:
+    """Remove only what this submit created: its files, then its folders if empty."""
+    for path in paths:
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()  # never a tree: a folder someone filled meanwhile stays
+            else:
+                path.unlink()
+        except OSError:
+            pass
 
 
 def _stop_signal(options: Mapping[str, Any]) -> str:

@@ -233,4 +233,8 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from wrapper.safe_output import safe_streams
+
+    with safe_streams():  # the job log is output too: store URLs in messages are masked
+        code = main(sys.argv[1:])
+    sys.exit(code)
