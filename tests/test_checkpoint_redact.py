@@ -48,6 +48,8 @@ def test_redact_masks_credentials_and_keeps_the_rest(text: str, gone: list[str],
     "file:///tmp/a:b@c/ckpt", "published step 5 to s3://bucket/run1: 3 files",
     "chaos 'kill:master@15s,exit:worker_1=16@35s,term:master@3ckpt' fired",
     "--chaos: 'melt:t@2s' is not a fault (write KIND:TASK@20s)", "kill:master@1.5s",
+    # the run report's fault lines: the spec is followed by a colon
+    "fault slow:worker_1=8@1ckpt: detected 0.1 s", "worker_1  CHAOS    kill:master@15s: 2 processes",
     "contact user@example.com", "at 12:30 the session ended; keys monkey signal",
     "/data/ckpt/A: weird name", "fix: check the URL",
 ])

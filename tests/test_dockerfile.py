@@ -62,7 +62,7 @@ def test_the_copied_files_build_the_package_with_its_entrypoint(tmp_path: Path) 
         entry_points = next(archive.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert f"resched = {scripts['resched']}" in entry_points
-    for needed in ("wrapper/catalogue.yaml", "wrapper/integrations/hf.py", "workflows/cli/__init__.py"):
+    for needed in ("wrapper/classifier/catalogue.yaml", "wrapper/integrations/hf.py", "workflows/cli/__init__.py"):
         assert needed in names
     assert any(n.startswith("templates/") and n.endswith(".yaml") for n in names)
 

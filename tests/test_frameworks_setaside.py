@@ -17,7 +17,7 @@ from tests.test_policy import diagnosis, failure, history_of
 from wrapper.checkpoint.layouts import TORN_DIR, Layout, inspect_layout
 from wrapper.checkpoint.setaside import KEEP_TORN_SETS, repair_for_resume, torn_sets
 from wrapper.checkpoint.snapshot import prepare_snapshot
-from wrapper.classify import EvidenceLine
+from wrapper.classifier.classify import EvidenceLine
 from wrapper.decision import Decision
 from wrapper.policy import LOAD_DAMAGE_REASON, Budgets, decide
 

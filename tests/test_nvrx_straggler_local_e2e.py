@@ -19,7 +19,8 @@ from workflows.backends.local.inject import MIN_SHARE, Throttle, cpu_share
 
 TEMPLATE = REPO / "templates" / "multi-node-straggler.yaml"
 EXAMPLE = REPO / "examples" / "straggler_train.py"
-STEPS = 500  # the unslowed attempt after the stop still gets several reports (the control)
+STEPS = 3000  # ~3 ms a step: after the first upload (which waits for the start-up), the
+# slowed attempt and the unslowed one after the stop each get several reports (the control)
 THRESHOLD = 0.4  # the template's straggler_threshold
 CONSECUTIVE = 2  # the template's consecutive_reports
 SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+) stragglers (\[.*\])")

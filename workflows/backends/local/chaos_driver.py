@@ -44,7 +44,7 @@ class ChaosDriver:
     checkpoint step (a training whose steps are seen at its saves only).
 
     A fault that cannot fire says so at once (``on_warning``, one line): an ``Nckpt``
-    fault on a task with no ``checkpoint:`` upload to count; a random clock that waits
+    fault in a workflow where no task has a ``checkpoint:`` upload to count; a random clock that waits
     for a first training step the training never shows (after one MTBF of run time, at
     least NO_PROGRESS_S, it counts run time instead, until a step is seen)."""
 
@@ -70,11 +70,13 @@ class ChaosDriver:
         self._awaiting_progress = plan.random is not None
         self._wall_clock_random = False
         timeline.listen(self._on_event)
+        # Nckpt counts the run's uploads, whichever task makes them (a worker is slowed
+        # after the master's first upload): it can never fire only where no task uploads.
         for fault in plan.faults:
             if (fault.after_ckpt is not None and checkpointed_tasks is not None
-                    and fault.task not in checkpointed_tasks):
-                self._warn(f"chaos {fault.describe()} can never fire: task {fault.task} has no "
-                           "checkpoint: upload to count (add a checkpoint: entry to it, or give "
+                    and not checkpointed_tasks):
+                self._warn(f"chaos {fault.describe()} can never fire: no task of this workflow "
+                           "has a checkpoint: upload to count (add a checkpoint: entry, or give "
                            "the time instead, e.g. @30s)")
 
     def _warn(self, line: str) -> None:
