@@ -13,6 +13,7 @@ from wrapper.checkpoint.hashing import HashCache
 from wrapper.checkpoint.layout import read_pointer
 from wrapper.checkpoint.publish import publish_snapshot
 from wrapper.checkpoint.restore import list_checkpoints, restore_latest, verify_store
+from wrapper.checkpoint.restore_swap import heal
 from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
 from wrapper.checkpoint.snapshot import prepare_snapshot
@@ -107,6 +108,7 @@ class CheckpointStore:
         if local_dir.exists() and not local_dir.is_dir():
             raise CheckpointError(f"{local_dir} exists and is not a directory",
                                   fix="restore into a directory")
+        heal(local_dir)  # an interrupted restore into it is finished or undone first
         if not allow_nonempty and local_dir.is_dir() and any(local_dir.iterdir()):
             raise CheckpointError(
                 f"{local_dir} is not empty; restoring would overwrite files in it",
