@@ -124,6 +124,7 @@ class FaultProxy:
         self._conns: list[_Conn] = []
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self._refusing = threading.Event()
         self._accept = threading.Thread(target=self._accept_loop, name="fault-proxy",
                                         daemon=True)
         self._accept.start()
@@ -140,6 +141,15 @@ class FaultProxy:
     def clear(self) -> None:
         with self._lock:
             self.rules.clear()
+
+    def kill_server(self) -> None:
+        """As if the server died: open connections are reset, new ones reset at once. The
+        port stays ours (a closed port could be reused by another test's listener)."""
+        self._refusing.set()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            conn.close(reset=True)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -158,11 +168,19 @@ class FaultProxy:
         self.stop()
 
     def _accept_loop(self) -> None:
+        self._listener.settimeout(0.1)  # close() does not wake a blocked accept()
         while not self._stopping.is_set():
             try:
                 client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            client.settimeout(None)
+            if self._refusing.is_set():
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                client.close()
+                continue
             try:
                 server = socket.create_connection(self.upstream, timeout=10)
                 server.settimeout(None)

@@ -286,9 +286,13 @@ class _Uploads:
         keys = [blob_key(sha) for sha in self.sent]
         if manifest_key_written:
             keys.append(manifest_key_written)
+        store = self.store.once()
         for key in keys:
             try:
-                self.store.delete(key)
+                store.delete(key)
+            except StoreOperationError:
+                if not store.is_local:
+                    return  # the store is gone: the next publish's GC removes the rest
             except Exception:  # noqa: BLE001 - the next publish's GC removes it
                 pass
 

@@ -87,7 +87,7 @@ class CheckpointStore:
                                     cache=cache, progress=progress, wall_clock=self._wall_clock)
         except StoreOperationError as error:
             raise CheckpointError(
-                f"publish of {local_dir} to {store.url} failed: {error}",
+                f"publish of {local_dir} to {_where(store)} failed: {_one_line(error)}",
                 fix="check that the store is reachable and writable; the previous "
                 "checkpoint is still the latest",
             ) from None
@@ -119,7 +119,7 @@ class CheckpointStore:
         try:
             return restore_latest(store, local_dir, progress=progress)
         except StoreOperationError as error:
-            raise CheckpointError(f"restore from {store.url} failed: {error}",
+            raise CheckpointError(f"restore from {_where(store)} failed: {_one_line(error)}",
                                   fix="check that the store is reachable") from None
 
     def list(self) -> list[CheckpointInfo]:
@@ -133,5 +133,14 @@ class CheckpointStore:
         try:
             return operation(store)
         except StoreOperationError as error:
-            raise CheckpointError(f"cannot read store {store.url}: {error}",
+            raise CheckpointError(f"cannot read store {_where(store)}: {_one_line(error)}",
                                   fix="check the URL and that the store is reachable") from None
+
+
+def _where(store: StoreFS) -> str:
+    """The store's URL and, for a remote one, the server it talks to (redacted later)."""
+    return f"{store.url} (endpoint {store.endpoint})" if store.endpoint else store.url
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())

@@ -7,7 +7,10 @@ filesystems we write a temp file, fsync it and rename it into place.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import errno
+import logging
 import os
 import shutil
 import stat
@@ -27,19 +30,68 @@ from wrapper.checkpoint.snapshot import TEMP_TAG
 def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     options = dict(storage_options or {})
     register_url_secrets(url, options)  # any echo of them, even by a library, is masked
-    if url.startswith(("s3://", "s3a://")):
+    s3 = url.startswith(("s3://", "s3a://"))
+    if s3:
         # Listings must reflect deletes and writes of this very process.
         options.setdefault("use_listings_cache", False)
+        # Every request bounded: botocore's defaults are 60 s to connect and 60 s per
+        # read, retried by botocore AND by s3fs (5 x 5 tries) under our own retries: a
+        # server that stops answering held a publish for many minutes. Here each try is
+        # one request with these timeouts; RetryPolicy alone retries, under its deadline.
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", _seconds("RESCHED_S3_CONNECT_TIMEOUT_S", 10.0))
+        config.setdefault("read_timeout", _seconds("RESCHED_S3_READ_TIMEOUT_S", 60.0))
+        config.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config
+    _quiet_orphaned_tasks()
     import fsspec  # type: ignore[import-untyped]  # ~0.2 s: only for non-local stores
 
     try:
-        return fsspec.core.url_to_fs(url, **options)
+        fs, root = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as error:
         raise CheckpointError(
             f"cannot open store {url}: {error}",
             fix="use a file path, file://, s3:// (pip install 'resched[s3]') or another "
             "fsspec URL whose package is installed",
         ) from None
+    if s3 and hasattr(fs, "retries"):
+        fs.retries = 1  # s3fs's own retry loop: RetryPolicy is the one that retries
+    return fs, root
+
+
+class _OrphanedTaskFilter(logging.Filter):
+    """A request abandoned on a dead connection leaves an aiohttp task whose error nobody
+    reads; asyncio then logs "Task exception was never retrieved" with a traceback on
+    stderr, around our one error line. The error itself reached us (and is reported)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return not text.startswith(("Task exception was never retrieved",
+                                    "Future exception was never retrieved"))
+
+
+def _quiet_orphaned_tasks() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _OrphanedTaskFilter) for f in logger.filters):
+        logger.addFilter(_OrphanedTaskFilter())
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def endpoint_of(url: str, storage_options: dict[str, Any] | None) -> str | None:
+    """The server a remote store talks to (for error lines), credentials masked."""
+    client = (storage_options or {}).get("client_kwargs") or {}
+    endpoint = client.get("endpoint_url") or (storage_options or {}).get("endpoint_url") \
+        or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None and url.startswith(("s3://", "s3a://")):
+        endpoint = "AWS S3 (default endpoint)"
+    return redact(str(endpoint)) if endpoint else None
 
 
 # The largest small document (pointer, manifest, identity) a store may hold: a FIFO or
@@ -85,8 +137,16 @@ class StoreFS:
                                   "plain path")
         else:
             self._fs, root = open_url(url, storage_options)
+        self.endpoint = endpoint_of(url, storage_options) if local is None else None
         self.root = root.rstrip("/") if root not in ("/", "") else root
         self.is_local = local is not None or type(self._fs).__name__ == "LocalFileSystem"
+
+    def once(self) -> StoreFS:
+        """This store with a single try per operation: best-effort cleanup after a
+        failure must not spend the retry budget again per object on a store that is gone."""
+        single = copy.copy(self)
+        single.retry = dataclasses.replace(self.retry, attempts=1)
+        return single
 
     @property
     def fs(self) -> Any:
