@@ -91,7 +91,7 @@ FAULTS = (Fault.DROP_REPLY, Fault.RESET, Fault.STALL, Fault.SLOW)
 
 
 def fault_case(server: S3Server, proxy: FaultProxy, work: Path, call: tuple[str, str, str],
-               fault: Fault) -> dict[str, object]:
+               fault: Fault, times: int = 1) -> dict[str, object]:
     """Publish v2 over v1 through the proxy with one fault at one call; check that
     `latest` restores to v1 or v2 byte for byte, that a publish that said "done" did
     commit, and that the next publish leaves nothing torn or orphaned."""
@@ -105,7 +105,7 @@ def fault_case(server: S3Server, proxy: FaultProxy, work: Path, call: tuple[str,
         url, retention=1, retry=RetryPolicy(attempts=3, base_s=0.05, deadline_s=30),
         storage_options=proxied_options(server, proxy, config_kwargs={
             "connect_timeout": 2, "read_timeout": 2}))
-    rule = proxy.add(Rule(method, path, fault, stall_s=30, rate_bps=4000))
+    rule = proxy.add(Rule(method, path, fault, times=times, stall_s=30, rate_bps=4000))
     try:
         proxied.publish(work / "v2")
         outcome = "committed"
@@ -123,8 +123,8 @@ def fault_case(server: S3Server, proxy: FaultProxy, work: Path, call: tuple[str,
     assert healed.step == 2
     assert all(info.state == "complete" for info in direct.list())
     assert direct.verify().orphan_blobs == 0
-    return {"call": name, "fault": fault.value, "hit": rule.hits > 0, "outcome": outcome,
-            "latest": restored.step, "losses": 0}
+    return {"call": name, "fault": fault.value, "times": "always" if times > 1 else "once",
+            "hit": rule.hits > 0, "outcome": outcome, "latest": restored.step, "losses": 0}
 
 
 @pytest.mark.slow
@@ -136,6 +136,10 @@ def test_fault_matrix_of_the_commit(s3_server: S3Server, proxy: FaultProxy,  # n
             work = tmp_path / f"c{index}-{fault.value}"
             work.mkdir()
             rows.append(fault_case(s3_server, proxy, work, call, fault))
+    for fault in FAULTS:  # the commit PUT faulted at every try: the outcome must be settled
+        work = tmp_path / f"always-{fault.value}"
+        work.mkdir()
+        rows.append(fault_case(s3_server, proxy, work, COMMIT_CALLS[3], fault, times=10**9))
     report = os.environ.get("RESCHED_FAULT_MATRIX")
     if report:
         Path(report).write_text(json.dumps(rows, indent=1))
