@@ -8,6 +8,7 @@ of objects no committed manifest references.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from wrapper.checkpoint import conditional, crashpoint
 from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import HashCache, hash_file
+from wrapper.checkpoint.hashing import SMALL_FILE, HashCache, hash_file
 from wrapper.checkpoint.layout import (
     OBJECTS,
     POINTER_KEY,
@@ -218,7 +219,8 @@ class _Uploads:
         # Local: two files at a time (each is a kernel copy plus a hashing thread);
         # object stores: four uploads in flight. On the first failure the files not yet
         # started are cancelled (a full disk fails fast instead of once per file).
-        workers = 2 if self.store.is_local else 4
+        workers = (_workers_for(sum(f.stat.st_size for f in files), len(files))
+                   if self.store.is_local else 4)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put")
         try:
             futures = [pool.submit(self._one, file) for file in files]
@@ -295,6 +297,14 @@ class _Uploads:
                     return  # the store is gone: the next publish's GC removes the rest
             except Exception:  # noqa: BLE001 - the next publish's GC removes it
                 pass
+
+
+def _workers_for(total_bytes: int, count: int) -> int:
+    """Local copies: two large files at a time (each is a kernel copy plus a hashing
+    thread); small files are mostly system calls that release the GIL: more at once."""
+    if count and total_bytes / count <= SMALL_FILE:
+        return min(8, 4 * (os.cpu_count() or 1))
+    return 2
 
 
 def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ...],

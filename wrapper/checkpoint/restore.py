@@ -20,7 +20,14 @@ from typing import Any
 
 from wrapper.checkpoint import crashpoint
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
-from wrapper.checkpoint.hashing import CHUNK, copy_and_digest, copy_hashing, stat_key
+from wrapper.checkpoint.hashing import (
+    CHUNK,
+    SMALL_FILE,
+    copy_and_digest,
+    copy_hashing,
+    copy_small,
+    stat_key,
+)
 from wrapper.checkpoint.layout import (
     OBJECTS,
     blob_key,
@@ -31,6 +38,7 @@ from wrapper.checkpoint.layout import (
 )
 from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
 from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.publish import _workers_for
 from wrapper.checkpoint.restore_swap import Staging, safe_destination
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
@@ -104,7 +112,8 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
                        progress)
             crashpoint.reached("restore.after_file")
 
-        workers = 2 if store.is_local else 4
+        workers = (_workers_for(manifest.total_bytes, len(manifest.files))
+                   if store.is_local else 4)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
             list(pool.map(fetch, sorted(first.values())))
         for index, entry in enumerate(manifest.files):  # same content again: copy, verified
@@ -133,7 +142,8 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
                 dst_fd = os.open(tmp, flags, 0o644)
                 try:
                     before = os.fstat(src_fd)
-                    copied, sha = copy_and_digest(src_fd, dst_fd, entry.size, progress)
+                    copy = copy_small if entry.size <= SMALL_FILE else copy_and_digest
+                    copied, sha = copy(src_fd, dst_fd, entry.size, progress)
                     after = os.fstat(src_fd)
                 finally:
                     os.close(dst_fd)

@@ -106,15 +106,19 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
     found: list[LocalFile] = []
     # os.walk skips a folder it cannot list unless told otherwise: a checkpoint with a
     # folder silently left out would be committed as if whole.
+    top = os.fspath(directory)
     for root, dirs, names in os.walk(directory, onerror=_walk_error):
-        base = Path(root)
+        # string paths: 100k small files made pathlib's parsing a large part of a publish
+        prefix = "" if root == top else os.path.relpath(root, top).replace(os.sep, "/") + "/"
+        at_top = root == top
         for name in sorted(dirs) + sorted(names):
-            full = base / name
-            if selection.covers(full.relative_to(directory).as_posix(), selection.exclude):
+            full_text = os.path.join(root, name)
+            relpath = prefix + name
+            if selection.exclude and selection.covers(relpath, selection.exclude):
                 if name in dirs:
                     dirs.remove(name)
                 continue
-            if base == directory and is_restore_leftover(name):
+            if at_top and is_restore_leftover(name):
                 if RESTORE_JOURNAL.match(name):
                     raise CheckpointError(
                         f"{directory} holds a restore that was interrupted half-way ({name}): "
@@ -124,11 +128,11 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
                 if name in dirs:
                     dirs.remove(name)  # a restore's staging, never a checkpoint's file
                 continue
+            full = full_text
             try:
                 st = os.lstat(full)
             except FileNotFoundError:
                 raise SnapshotUnstableError(f"{full} vanished while it was scanned") from None
-            relpath = full.relative_to(directory).as_posix()
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafePathError(
                     f"{full} is a symlink; checkpoints hold regular files only",
@@ -150,7 +154,7 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
                 continue
             if not os.access(full, os.R_OK):
                 raise unreadable(full)
-            found.append(LocalFile(selection.key(relpath), full, st))
+            found.append(LocalFile(selection.key(relpath), Path(full), st))
     found.sort(key=lambda f: f.relpath)
     return Snapshot(directory, tuple(found), selection)
 
