@@ -93,6 +93,8 @@ def small_files(count: int, rounds: int) -> None:
             started = time.perf_counter()
             store.restore(work / f"out{round_}")
             times["restore"].append(time.perf_counter() - started)
+            print(json.dumps({"round": round_, **{k: round(v[-1], 2) for k, v in times.items()}}),
+                  file=sys.stderr, flush=True)
             for name in (f"cp{round_}", f"cq{round_}", f"out{round_}", f"store{round_}"):
                 shutil.rmtree(work / name)
         median = {k: statistics.median(v) for k, v in times.items()}

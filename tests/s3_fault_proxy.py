@@ -26,7 +26,7 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class Fault(enum.Enum):
@@ -298,18 +298,3 @@ class FaultProxy:
         except OSError:
             pass
         conn.close()
-
-
-@dataclass
-class ProxiedServer:
-    """Storage options that reach the S3 server through a proxy."""
-
-    proxy: FaultProxy
-    base_options: dict = field(default_factory=dict)
-
-    @property
-    def storage_options(self) -> dict:
-        options = dict(self.base_options)
-        options["client_kwargs"] = {**options.get("client_kwargs", {}),
-                                    "endpoint_url": self.proxy.endpoint}
-        return options

@@ -46,3 +46,20 @@ def test_copy_small_copies_and_hashes_exactly_the_bytes(tmp_path: Path) -> None:
         for fd in (src, dst, short):
             os.close(fd)
     assert (tmp_path / "b").read_bytes() == data
+
+
+def test_a_restore_into_the_working_directory_keeps_it(tmp_path: Path,
+                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Renaming a staged tree over the current directory would leave the process in a
+    deleted one: there the journaled swap is used, and the directory stays the same."""
+    write_tree(tmp_path / "src", {"a.bin": b"x" * 70})
+    mark_complete(tmp_path / "src", 1)
+    store = CheckpointStore(f"file://{tmp_path}/store")
+    store.publish(tmp_path / "src")
+    here = tmp_path / "here"
+    here.mkdir()
+    before = os.stat(here).st_ino
+    monkeypatch.chdir(here)
+    store.restore(Path("."))
+    assert os.stat(".").st_ino == before and Path("a.bin").read_bytes() == b"x" * 70
+    assert not [p for p in here.iterdir() if ".resched-restore-" in p.name]

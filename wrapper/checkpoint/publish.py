@@ -210,7 +210,7 @@ class _Uploads:
         # a crash, bytes that never reached it (blobs are fsynced just before the manifest).
         self.trusted = {sha: size for sha, size in present.items() if committed.get(sha) == size}
         self.written: list[Path] = []
-        self.sent: list[str] = []
+        self.sent: dict[str, None] = {}  # claimed blobs, in order (a set was a list: O(n^2))
         self.sent_files = self.sent_bytes = 0
         self._count_lock = threading.Lock()
         self._last_refresh = time.monotonic()
@@ -271,7 +271,7 @@ class _Uploads:
         with self._count_lock:
             if self.trusted.get(sha) == size or sha in self.sent:
                 return True
-            self.sent.append(sha)
+            self.sent[sha] = None
             return False
 
     def _tick(self, size: int) -> None:

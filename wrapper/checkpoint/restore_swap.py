@@ -137,6 +137,11 @@ def _can_swap_whole(target: Path) -> bool:
         return True
     if not stat.S_ISDIR(st.st_mode) or os.path.ismount(target):
         return False
+    try:  # renaming over our own working directory would leave us in the deleted one
+        if os.path.samefile(target, os.getcwd()):
+            return False
+    except OSError:
+        return False
     return _empty(target) or _exchange_available()
 
 

@@ -121,6 +121,8 @@ class CheckpointStore:
         except StoreOperationError as error:
             raise CheckpointError(f"restore from {_where(store)} failed: {_one_line(error)}",
                                   fix="check that the store is reachable") from None
+        finally:
+            store.close_dirs()
 
     def list(self) -> list[CheckpointInfo]:
         return self._guard(lambda store: list_checkpoints(store))
@@ -135,6 +137,8 @@ class CheckpointStore:
         except StoreOperationError as error:
             raise CheckpointError(f"cannot read store {_where(store)}: {_one_line(error)}",
                                   fix="check the URL and that the store is reachable") from None
+        finally:
+            store.close_dirs()
 
 
 def _where(store: StoreFS) -> str:

@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,9 @@ class StoreFS:
             self._fs, root = open_url(url, storage_options)
         self.endpoint = endpoint_of(url, storage_options) if local is None else None
         self._made: set[Path] = set()  # folders this process created or found (ingest)
+        # objects/<xx> folders open_blob opened without following a link, kept open
+        self._dir_fds: dict[str, int] = {}
+        self._dir_lock = threading.Lock()
         self.root = root.rstrip("/") if root not in ("/", "") else root
         self.is_local = local is not None or type(self._fs).__name__ == "LocalFileSystem"
 
@@ -289,8 +293,13 @@ class StoreFS:
         regular file (a FIFO or device is never opened: lstat first, then O_NONBLOCK and
         fstat on the same inode), and of the size the manifest records."""
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-        dir_fd = os.open(self.local_path(""), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         parts = relkey.split("/")
+        folder = "/".join(parts[:-1])
+        with self._dir_lock:
+            cached = self._dir_fds.get(folder)
+        if cached is not None:  # a folder opened (safely) before: one open per blob
+            return self._open_in(cached, parts[-1], relkey, size, flags)
+        dir_fd = os.open(self.local_path(""), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for part in parts[:-1]:
                 try:
@@ -304,16 +313,29 @@ class StoreFS:
                     raise
                 os.close(dir_fd)
                 dir_fd = next_fd
-            try:
-                seen = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
-            if not stat.S_ISREG(seen.st_mode):
-                raise UnsafeBlobError(f"{self.key(relkey)} is not a regular file "
-                                      f"({_kind(seen.st_mode)})")
-            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=dir_fd)
+            with self._dir_lock:
+                if folder not in self._dir_fds:
+                    self._dir_fds[folder] = os.dup(dir_fd)
+            return self._open_in(dir_fd, parts[-1], relkey, size, flags)
         finally:
             os.close(dir_fd)
+
+    def close_dirs(self) -> None:
+        """Close the folders open_blob keeps open (end of a restore or verify)."""
+        with self._dir_lock:
+            fds, self._dir_fds = list(self._dir_fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def _open_in(self, dir_fd: int, name: str, relkey: str, size: int, flags: int) -> int:
+        try:
+            seen = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
+        if not stat.S_ISREG(seen.st_mode):
+            raise UnsafeBlobError(f"{self.key(relkey)} is not a regular file "
+                                  f"({_kind(seen.st_mode)})")
+        fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
             os.close(fd)
