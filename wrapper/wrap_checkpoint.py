@@ -60,7 +60,15 @@ class CheckpointSession:
         assert self.local_dir is not None
         from wrapper.checkpoint.store import CheckpointStore
 
+        from wrapper.checkpoint import crashpoint
+        from wrapper.checkpoint.restore_swap import heal
+
         self._store = CheckpointStore(str(self.url))
+        # A start-up restore that was killed is finished (journaled) or undone (staged)
+        # first: never kept half-done, never mistaken for a checkpoint to resume from.
+        for done in heal(self.local_dir):
+            say(f"checkpoint: {done}")
+        crashpoint.reached("startup.before_restore")
         if self.local_dir.exists() and any(self.local_dir.iterdir()):
             say(f"checkpoint: {self.local_dir} is not empty; keeping it (no restore)")
             return None

@@ -29,6 +29,7 @@ from typing import IO
 
 from wrapper.checkpoint import conditional
 from wrapper.checkpoint.errors import CheckpointBusyError
+from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.storefs import StoreFS
 from wrapper.procstate import pid_alive
 
@@ -52,15 +53,16 @@ class WriterLease:
         else:
             self._lock_remote()
 
-    def release(self) -> None:
+    def release(self, *, once: bool = False) -> None:
         if self._lock_file is not None:
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
-        else:
-            current = _parse(self._store.read_bytes(LEASE_KEY))
+        else:  # once: after a failure the store may be gone, and the lease expires anyway
+            store = self._store.once() if once else self._store
+            current = _parse(store.read_bytes(LEASE_KEY))
             if current.get("owner") == self._owner:
-                self._store.delete(LEASE_KEY)
+                store.delete(LEASE_KEY)
 
     def _lock_local(self) -> None:
         path = self._store.local_path(LOCK_NAME)
@@ -136,10 +138,19 @@ def writer_lease(store: StoreFS, *, wall_clock: Callable[[], float] = time.time
                  ) -> Iterator[WriterLease]:
     lease = WriterLease(store, wall_clock=wall_clock)
     lease.acquire()
+    failed = False
     try:
         yield lease
+    except BaseException:
+        failed = True
+        raise
     finally:
-        lease.release()
+        try:
+            lease.release(once=failed)
+        except StoreOperationError:
+            # An unreachable store at the very end: the lease expires by itself (or is
+            # taken over as a dead process's); the publish's own outcome is what counts.
+            pass
 
 
 def _put_if(store: StoreFS, data: bytes, **condition: str) -> bool | None:

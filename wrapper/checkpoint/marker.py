@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,14 @@ from typing import Any
 MARKER_NAME = "resched-complete.json"
 STATE_DIR = ".resched"
 TEMP_TAG = ".resched-tmp-"
+# A restore's staging folder inside the target and its commit journal (restore_swap.py):
+# never part of a checkpoint, never published.
+RESTORE_STAGING = re.compile(r"^\.resched-restore-[0-9a-f]{32}$")
+RESTORE_JOURNAL = re.compile(r"^\.resched-restore-[0-9a-f]{32}\.commit$")
+
+
+def is_restore_leftover(name: str) -> bool:
+    return bool(RESTORE_STAGING.match(name) or RESTORE_JOURNAL.match(name))
 
 
 def mark_complete(directory: str | Path, step: int) -> None:
@@ -63,10 +72,11 @@ def checkpoint_files(folder: Path) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for root, dirs, names in os.walk(folder):
         base = Path(root)
-        if base == folder and STATE_DIR in dirs:
-            dirs.remove(STATE_DIR)
+        if base == folder:
+            dirs[:] = [d for d in dirs if d != STATE_DIR and not is_restore_leftover(d)]
         for name in names:
-            if TEMP_TAG in name or (base == folder and name == MARKER_NAME):
+            if TEMP_TAG in name or (base == folder and (name == MARKER_NAME
+                                                        or is_restore_leftover(name))):
                 continue
             st = os.lstat(base / name)
             relpath = (base / name).relative_to(folder).as_posix()

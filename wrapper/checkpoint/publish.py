@@ -8,6 +8,7 @@ of objects no committed manifest references.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -16,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from wrapper.checkpoint import conditional
+from wrapper.checkpoint import conditional, crashpoint
 from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import HashCache, hash_file
+from wrapper.checkpoint.hashing import SMALL_FILE, HashCache, hash_file
 from wrapper.checkpoint.layout import (
     OBJECTS,
     POINTER_KEY,
@@ -36,6 +37,7 @@ from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_r
 from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR
 from wrapper.checkpoint.ownership import check_owned, is_own_temp, write_identity
 from wrapper.checkpoint.results import PublishResult
+from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import LocalFile, Snapshot, check_unchanged
 from wrapper.checkpoint.storefs import StoreFS, fsync_files
 from wrapper.redact import redact
@@ -77,15 +79,24 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
     check_not_empty(snapshot)
     needs_identity = check_owned(store)  # read-only: nothing is written to a foreign place
     with writer_lease(store, wall_clock=wall_clock) as lease:
+        crashpoint.reached("publish.after_lease")
         if needs_identity:
             write_identity(store)
+            crashpoint.reached("publish.after_identity")
         state = load_state(store)
         uploads = _Uploads(store, state, cache, progress, lease)
         manifest_written: str | None = None
+        # Once the PUT / rename of `latest` has been started, `latest` may name this
+        # checkpoint (a lost reply, a signal right after the rename): from then on
+        # nothing of this publish is ever deleted here; GC of a later publish, which
+        # keeps whatever `latest` names, removes it if it was not committed.
+        commit_started = False
         try:
             entries = uploads.run(snapshot.files)
+            crashpoint.reached("publish.after_blobs")
             check_unchanged(snapshot)
             fsync_files(uploads.written)  # blobs durable before a manifest names them
+            crashpoint.reached("publish.after_fsync")
             manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
                                 producer(), entries)
             latest = state.pointer.latest
@@ -96,18 +107,26 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
                 raw = manifest.to_bytes()
                 manifest_written = manifest_key(manifest.checkpoint_id)
                 store.write_bytes(manifest_written, raw)
+                crashpoint.reached("publish.after_manifest")
                 refs = (manifest_ref(manifest, raw),) + state.pointer.checkpoints[: retention - 1]
-                commit_pointer(store, state, Pointer(refs).to_bytes())
+                pointer_raw = Pointer(refs).to_bytes()
+                commit_started = True
+                commit_pointer(store, state, pointer_raw, manifest.checkpoint_id)
                 kept = (manifest,) + state.manifests[: retention - 1]
             else:  # the store already holds exactly this: commit nothing
                 manifest, refs, kept = previous, state.pointer.checkpoints, state.manifests
+                pointer_raw = None
         except BaseException:
             # Nothing was committed: what this publish added is garbage now. Remove it at
-            # once (a full disk must not stay full because of our own leftovers).
-            uploads.discard(manifest_written)
+            # once (a full disk must not stay full because of our own leftovers) -- but
+            # only while `latest` cannot name it (see commit_started).
+            if not commit_started:
+                uploads.discard(manifest_written)
             raise
         cache.save()
-        deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe)
+        deleted = collect_garbage(store, {r.checkpoint_id for r in refs}, kept, state.gc_safe,
+                                  committed=pointer_raw)
+        crashpoint.reached("publish.before_release")
     return PublishResult(
         url=redact(store.url), checkpoint_id=manifest.checkpoint_id, step=manifest.step,
         files=len(manifest.files), size=manifest.total_bytes,
@@ -116,19 +135,52 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
     )
 
 
-def commit_pointer(store: StoreFS, state: StoreState, raw: bytes) -> None:
+def commit_pointer(store: StoreFS, state: StoreState, raw: bytes, checkpoint_id: str) -> None:
     """Move `latest`. On an object store with conditional writes only if it is still the
     version this publish started from: a writer that let a checkpoint of another writer
-    slip by (a stale read, a lease taken over) is refused instead of dropping it."""
+    slip by (a stale read, a lease taken over) is refused instead of dropping it.
+
+    A PUT whose reply was lost may have been applied: its retry then meets 412 (the
+    pointer is no longer the version we read: it is OURS), or the call fails for good.
+    Either way the outcome is settled by reading `latest` back, never guessed."""
+    crashpoint.reached("commit.before_pointer")
     condition = {"IfMatch": state.pointer_etag} if state.pointer_etag else {"IfNoneMatch": "*"}
-    written = conditional.put_if(store, POINTER_KEY, raw, **condition)
-    if written is None:
-        store.write_bytes(POINTER_KEY, raw)
-    elif not written:
+    try:
+        written = conditional.put_if(store, POINTER_KEY, raw, **condition)
+        if written is None:
+            store.write_bytes(POINTER_KEY, raw)
+            written = True
+    except StoreOperationError as error:
+        if _settle_commit(store, raw, checkpoint_id, error):
+            written = True
+        else:
+            raise
+    if not written and not _settle_commit(store, raw, checkpoint_id, None):
         raise CheckpointBusyError(
             f"store {redact(store.url)} changed while this checkpoint was published "
-            "(another writer moved `latest`); nothing of this publish was committed",
+            "(another writer moved `latest`); this checkpoint was not committed (its files "
+            "are left for the next publish to collect)",
             fix="a store has one writer: publish again, or give each writer its own URL")
+    crashpoint.reached("commit.after_pointer")
+
+
+def _settle_commit(store: StoreFS, raw: bytes, checkpoint_id: str,
+                   error: StoreOperationError | None) -> bool:
+    """Whether `latest` holds exactly ``raw`` (this publish's pointer, which names its own
+    unique checkpoint id): True committed, False not. When `latest` cannot be read the
+    outcome is unknown: raise, deleting nothing."""
+    try:
+        current = store.read_bytes(POINTER_KEY)
+    except StoreOperationError as read_error:
+        cause = f"{error}; then " if error else ""
+        raise CheckpointError(
+            f"the commit of checkpoint {checkpoint_id} to {redact(store.url)} could not be "
+            f"confirmed ({cause}reading `latest` back failed: {read_error}); nothing was "
+            "deleted",
+            fix="check that the store is reachable; `resched checkpoint list URL` shows "
+            "whether it was committed, the next publish settles it either way",
+        ) from None
+    return current == raw
 
 
 def check_not_empty(snapshot: Snapshot) -> None:
@@ -158,7 +210,7 @@ class _Uploads:
         # a crash, bytes that never reached it (blobs are fsynced just before the manifest).
         self.trusted = {sha: size for sha, size in present.items() if committed.get(sha) == size}
         self.written: list[Path] = []
-        self.sent: list[str] = []
+        self.sent: dict[str, None] = {}  # claimed blobs, in order (a set was a list: O(n^2))
         self.sent_files = self.sent_bytes = 0
         self._count_lock = threading.Lock()
         self._last_refresh = time.monotonic()
@@ -167,7 +219,8 @@ class _Uploads:
         # Local: two files at a time (each is a kernel copy plus a hashing thread);
         # object stores: four uploads in flight. On the first failure the files not yet
         # started are cancelled (a full disk fails fast instead of once per file).
-        workers = 2 if self.store.is_local else 4
+        workers = (_workers_for(sum(f.stat.st_size for f in files), len(files))
+                   if self.store.is_local else 4)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put")
         try:
             futures = [pool.submit(self._one, file) for file in files]
@@ -195,11 +248,13 @@ class _Uploads:
             if blob is not None:
                 with self._count_lock:
                     self.written.append(blob)
+                crashpoint.reached("publish.after_blob")
         else:
             sha = sha or hash_file(file.path)
             written = not self._provided(sha, size)
             if written:
                 self.store.put_file(file.path, blob_key(sha))
+                crashpoint.reached("publish.after_blob")
             self._tick(size)
         if size != file.stat.st_size:
             raise SnapshotUnstableError(f"{file.path} changed size while it was published")
@@ -216,7 +271,7 @@ class _Uploads:
         with self._count_lock:
             if self.trusted.get(sha) == size or sha in self.sent:
                 return True
-            self.sent.append(sha)
+            self.sent[sha] = None
             return False
 
     def _tick(self, size: int) -> None:
@@ -233,21 +288,45 @@ class _Uploads:
         keys = [blob_key(sha) for sha in self.sent]
         if manifest_key_written:
             keys.append(manifest_key_written)
+        store = self.store.once()
         for key in keys:
             try:
-                self.store.delete(key)
+                store.delete(key)
+            except StoreOperationError:
+                if not store.is_local:
+                    return  # the store is gone: the next publish's GC removes the rest
             except Exception:  # noqa: BLE001 - the next publish's GC removes it
                 pass
 
 
+def _workers_for(total_bytes: int, count: int) -> int:
+    """Local copies: two large files at a time (each is a kernel copy plus a hashing
+    thread); small files are mostly system calls that release the GIL: more at once."""
+    if count and total_bytes / count <= SMALL_FILE:
+        return min(8, 4 * (os.cpu_count() or 1))
+    return 2
+
+
 def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ...],
-                    gc_safe: bool) -> tuple[int, int]:
-    """Delete manifests the pointer does not name, then blobs no kept manifest uses."""
+                    gc_safe: bool, *, committed: bytes | None = None) -> tuple[int, int]:
+    """Delete manifests the pointer does not name, then blobs no kept manifest uses.
+
+    Only while `latest` is still what this publish committed (or read): a writer that
+    took the store over meanwhile (an expired lease) may have committed checkpoints this
+    process has never seen, and nothing `latest` may name is ever deleted."""
+    current = store.read_bytes(POINTER_KEY)
+    if committed is not None and current != committed:
+        return 0, 0
+    if committed is None and current is not None:
+        named = {r.checkpoint_id for r in Pointer.from_bytes(current, where=POINTER_KEY).checkpoints}
+        if not named <= kept_ids:
+            return 0, 0
     deleted_manifests = 0
     for checkpoint_id, key in manifest_ids(store).items():
         if checkpoint_id not in kept_ids and _OWN_ID.match(checkpoint_id):
             store.delete(key)
             deleted_manifests += 1
+    crashpoint.reached("gc.after_manifests")
     if store.is_local:  # temp files of a killed local write, ours by name only
         for key in store.list_files(""):
             if is_own_temp(key):
@@ -261,6 +340,7 @@ def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ..
         if sha is not None and sha not in referenced:  # only names of our scheme
             store.delete(key)
             deleted_blobs += 1
+            crashpoint.reached("gc.after_blob")
             if store.is_local:  # drop the emptied objects/<xx>/ directory
                 try:
                     store.local_path(key).parent.rmdir()

@@ -1,9 +1,10 @@
 """Restore the newest complete checkpoint that verifies; verify and list a store.
 
-Each file is downloaded next to its final place as ``<name>.resched-tmp-<id>`` while
-its sha256 is computed; only when EVERY file of a checkpoint matched its manifest are
-the temp files renamed into place. A checkpoint that fails leaves nothing behind, and
-the next older complete one is tried; the result says which ones were skipped and why.
+Every file of a checkpoint is downloaded into a private staging folder while its sha256
+is computed; only when EVERY file matched its manifest is the staged tree swapped into
+place (restore_swap.py: one rename, or a journaled roll-forward). A checkpoint that fails
+leaves nothing behind, and the next older complete one is tried; the result says which
+ones were skipped and why.
 """
 
 from __future__ import annotations
@@ -11,16 +12,22 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from wrapper.checkpoint import crashpoint
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
-from wrapper.checkpoint.hashing import CHUNK, copy_and_digest, copy_hashing, stat_key
+from wrapper.checkpoint.hashing import (
+    CHUNK,
+    SMALL_FILE,
+    copy_and_digest,
+    copy_hashing,
+    copy_small,
+    stat_key,
+)
 from wrapper.checkpoint.layout import (
     OBJECTS,
     blob_key,
@@ -30,11 +37,12 @@ from wrapper.checkpoint.layout import (
     read_pointer,
 )
 from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
-from wrapper.checkpoint.marker import _fsync_dir, restamp_marker
+from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.publish import _workers_for
+from wrapper.checkpoint.restore_swap import Staging, safe_destination
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.layouts import TORN_DIR
-from wrapper.checkpoint.snapshot import TEMP_TAG
 from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
 
@@ -45,31 +53,42 @@ class _Unusable(Exception):
     """This checkpoint cannot be restored (missing or mismatching file); try an older one."""
 
 
+# A checkpoint that vanished under a restore (a publish with --retention 1 retired it
+# between our read of `latest` and our download) is not damage: read `latest` again.
+_POINTER_ROUNDS = 5
+
+
 def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = None
                    ) -> RestoreResult | None:
     started = time.monotonic()
     pointer = read_pointer(store)
     if pointer is None or not pointer.checkpoints:
         return None
+    target.mkdir(parents=True, exist_ok=True)  # empty until a whole checkpoint swaps in
     failed: list[str] = []
     reasons: list[str] = []
-    for ref in pointer.checkpoints:
-        try:
-            manifest = read_manifest(store, ref)
-            _download_verified(store, manifest, target, progress)
-            restamp_marker(target)  # same files, new inodes: keep the snapshot publishable
-        except (_Unusable, CheckpointError) as why:
-            if isinstance(why, UnsafePathError):
-                raise
-            failed.append(ref.checkpoint_id)
-            reasons.append(f"{ref.checkpoint_id} (step {ref.step}): {why}")
-            continue
-        return RestoreResult(
-            url=redact(store.url), local_dir=target, checkpoint_id=manifest.checkpoint_id,
-            step=manifest.step, files=len(manifest.files), size=manifest.total_bytes,
-            fell_back_from=tuple(failed), reason="; ".join(reasons) or None,
-            seconds=time.monotonic() - started,
-        )
+    for _ in range(_POINTER_ROUNDS):
+        failed, reasons = [], []
+        for ref in pointer.checkpoints:
+            try:
+                manifest = read_manifest(store, ref)
+                _download_verified(store, manifest, target, progress)
+            except (_Unusable, CheckpointError) as why:
+                if isinstance(why, UnsafePathError):
+                    raise
+                failed.append(ref.checkpoint_id)
+                reasons.append(f"{ref.checkpoint_id} (step {ref.step}): {why}")
+                continue
+            return RestoreResult(
+                url=redact(store.url), local_dir=target, checkpoint_id=manifest.checkpoint_id,
+                step=manifest.step, files=len(manifest.files), size=manifest.total_bytes,
+                fell_back_from=tuple(failed), reason="; ".join(reasons) or None,
+                seconds=time.monotonic() - started,
+            )
+        again = read_pointer(store)
+        if again is None or again == pointer:
+            break
+        pointer = again  # `latest` moved while we read: the new one is what to restore
     raise CheckpointError(
         f"no complete checkpoint in {store.url} passed verification: {'; '.join(reasons)}",
         fix="run `resched checkpoint verify URL` to see the damage; an older copy of the "
@@ -79,40 +98,40 @@ def restore_latest(store: StoreFS, target: Path, *, progress: Progress | None = 
 
 def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
                        progress: Progress | None) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex[:12]
-    staged: list[tuple[Path, Path]] = []
+    """Stage every file of ``manifest``, verify it, then swap the whole into ``target``
+    (restore_swap: all or nothing per directory)."""
+    # Torn saves set aside (.resched-torn/) stay in the store: never restored into the
+    # training's directory (issue 19); `resched checkpoint list` counts them.
+    files = [e for e in manifest.files if not e.path.startswith(TORN_DIR + "/")]
+    for entry in files:  # refuse a link or a file in the way before any byte
+        safe_destination(target, entry.path)
+    staging = Staging(target, {entry.path for entry in files})
     try:
-        # Torn saves set aside (.resched-torn/) stay in the store: never restored into the
-        # training's directory (issue 19); `resched checkpoint list` counts them.
-        files = [e for e in manifest.files if not e.path.startswith(TORN_DIR + "/")]
-        places = [(e, _safe_destination(target, e.path)) for e in files]
-        for index, (_, final) in enumerate(places):
-            # A short temp name: "<name><tag>" would exceed NAME_MAX for a long name.
-            staged.append((final.with_name(f"{TEMP_TAG}{token}-{index}"), final))
-
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
         for index, entry in enumerate(files):
             first.setdefault(entry.sha256, index)
 
         def fetch(index: int) -> None:
-            _fetch_one(store, files[index], staged[index][0], progress)
+            _fetch_one(store, files[index], staging.path(files[index].path), progress)
+            crashpoint.reached("restore.after_file")
 
-        workers = 2 if store.is_local else 4
+        workers = (_workers_for(manifest.total_bytes, len(files))
+                   if store.is_local else 4)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
             list(pool.map(fetch, sorted(first.values())))
         for index, entry in enumerate(files):  # same content again: copy, verified
             if first[entry.sha256] != index:
-                staged[index][0].parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(staged[first[entry.sha256]][0], staged[index][0])
-        fsync_files([tmp for tmp, _ in staged])  # durable before they replace anything
-        for tmp, final in staged:
-            os.replace(tmp, final)
-        for folder in {final.parent for _, final in staged} | {target}:
+                copy = staging.path(entry.path)
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(staging.path(files[first[entry.sha256]].path), copy)
+        staged = [staging.path(entry.path) for entry in files]
+        fsync_files(staged)  # durable before they replace anything
+        for folder in {path.parent for path in staged} | {staging.root}:
             _fsync_dir(folder)
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+    except BaseException:
+        staging.discard()
+        raise
+    staging.swap()
 
 
 def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None) -> None:
@@ -126,7 +145,8 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
                 dst_fd = os.open(tmp, flags, 0o644)
                 try:
                     before = os.fstat(src_fd)
-                    copied, sha = copy_and_digest(src_fd, dst_fd, entry.size, progress)
+                    copy = copy_small if entry.size <= SMALL_FILE else copy_and_digest
+                    copied, sha = copy(src_fd, dst_fd, entry.size, progress)
                     after = os.fstat(src_fd)
                 finally:
                     os.close(dst_fd)
@@ -148,25 +168,7 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
                         f"{entry.size}, sha256 {sha[:12]} vs {entry.sha256[:12]})")
 
 
-def _safe_destination(target: Path, relpath: str) -> Path:
-    """target/relpath, refusing any existing component that is a symlink or a non-dir."""
-    current = target
-    parts = relpath.split("/")
-    for depth, part in enumerate(parts):
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            continue
-        last = depth == len(parts) - 1
-        if stat.S_ISLNK(st.st_mode) or (not last and not stat.S_ISDIR(st.st_mode)) or (
-                last and stat.S_ISDIR(st.st_mode)):
-            raise UnsafePathError(
-                f"cannot restore {relpath!r}: {current} is in the way (a symlink, or a "
-                "file where a directory belongs, or the reverse)",
-                fix="restore into an empty directory",
-            )
-    return current
+_safe_destination = safe_destination  # stage.py's name for it
 
 
 def list_checkpoints(store: StoreFS) -> list[CheckpointInfo]:

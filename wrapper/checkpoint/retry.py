@@ -1,12 +1,16 @@
-"""Retry of transient store errors with capped exponential backoff (sleep injected)."""
+"""Retry of transient store errors: capped exponential backoff, a total deadline (sleep and
+clock injected)."""
 
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from wrapper.backoff import Backoff
 
 T = TypeVar("T")
 
@@ -33,26 +37,45 @@ def is_transient(error: BaseException) -> bool:
     return module.split(".")[0] in ("botocore", "aiohttp", "aiobotocore", "urllib3", "requests")
 
 
+def _default_deadline() -> float:
+    try:
+        return float(os.environ.get("RESCHED_STORE_DEADLINE_S", "") or 120.0)
+    except ValueError:
+        return 120.0
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
+    """Up to ``attempts`` tries of one store operation, waiting between them as
+    ``wrapper.backoff.Backoff`` says (exponential, capped, optional stable jitter),
+    and none started after ``deadline_s`` from the first (``$RESCHED_STORE_DEADLINE_S``,
+    default 120 s): a store that is gone costs a bounded time, then one clear error.
+    Each try is itself bounded by the client's connect and read timeouts (storefs)."""
+
     attempts: int = 5  # as OSMO's checkpoint uploads: up to 5 tries
     base_s: float = 0.5
     max_s: float = 10.0
+    deadline_s: float = field(default_factory=_default_deadline)
+    jitter: float = 0.0  # a fraction of each wait (Backoff's stable jitter); 0: exact waits
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
 
-    def delay(self, failures: int) -> float:
-        return min(self.max_s, self.base_s * (2 ** (failures - 1)))
+    def delay(self, failures: int, what: str = "") -> float:
+        return Backoff(base_s=self.base_s, max_s=self.max_s, jitter=self.jitter).delay_s(failures, what)
 
     def call(self, operation: Callable[[], T], *, what: str) -> T:
         failures = 0
+        started = self.clock()
         while True:
             try:
                 return operation()
             except Exception as error:  # classified below; permanent ones re-raise at once
                 failures += 1
-                if not is_transient(error) or failures >= self.attempts:
+                wait = self.delay(failures, what)
+                out_of_time = self.clock() - started + wait > self.deadline_s
+                if not is_transient(error) or failures >= self.attempts or out_of_time:
                     raise StoreOperationError(what, error, failures) from error
-                self.sleep(self.delay(failures))
+                self.sleep(wait)
 
 
 class StoreOperationError(Exception):

@@ -31,7 +31,15 @@ from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
 from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, inspect_layout
-from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR, TEMP_TAG, marker_data, read_marker
+from wrapper.checkpoint.marker import (
+    MARKER_NAME,
+    RESTORE_JOURNAL,
+    STATE_DIR,
+    TEMP_TAG,
+    is_restore_leftover,
+    marker_data,
+    read_marker,
+)
 
 
 @dataclass(frozen=True)
@@ -96,19 +104,35 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
             fix="pass the directory the training writes its checkpoints to",
         )
     found: list[LocalFile] = []
-    for root, dirs, names in os.walk(directory):
-        base = Path(root)
+    # os.walk skips a folder it cannot list unless told otherwise: a checkpoint with a
+    # folder silently left out would be committed as if whole.
+    top = os.fspath(directory)
+    for root, dirs, names in os.walk(directory, onerror=_walk_error):
+        # string paths: 100k small files made pathlib's parsing a large part of a publish
+        prefix = "" if root == top else os.path.relpath(root, top).replace(os.sep, "/") + "/"
+        at_top = root == top
         for name in sorted(dirs) + sorted(names):
-            full = base / name
-            if selection.covers(full.relative_to(directory).as_posix(), selection.exclude):
+            full_text = os.path.join(root, name)
+            relpath = prefix + name
+            if selection.exclude and selection.covers(relpath, selection.exclude):
                 if name in dirs:
                     dirs.remove(name)
                 continue
+            if at_top and is_restore_leftover(name):
+                if RESTORE_JOURNAL.match(name):
+                    raise CheckpointError(
+                        f"{directory} holds a restore that was interrupted half-way ({name}): "
+                        "its files are part old, part new; nothing was published",
+                        fix="run the restore again (resched checkpoint restore URL DIR --force, "
+                        "or restart the wrapper): it finishes the interrupted one first")
+                if name in dirs:
+                    dirs.remove(name)  # a restore's staging, never a checkpoint's file
+                continue
+            full = full_text
             try:
                 st = os.lstat(full)
             except FileNotFoundError:
                 raise SnapshotUnstableError(f"{full} vanished while it was scanned") from None
-            relpath = full.relative_to(directory).as_posix()
             if stat.S_ISLNK(st.st_mode):
                 raise UnsafePathError(
                     f"{full} is a symlink; checkpoints hold regular files only",
@@ -128,9 +152,25 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
                 )
             if not selection.wants(relpath):
                 continue
-            found.append(LocalFile(selection.key(relpath), full, st))
+            if not os.access(full, os.R_OK):
+                raise unreadable(full)
+            found.append(LocalFile(selection.key(relpath), Path(full), st))
     found.sort(key=lambda f: f.relpath)
     return Snapshot(directory, tuple(found), selection)
+
+
+def unreadable(path: Path | str) -> CheckpointError:
+    return CheckpointError(
+        f"cannot read {path} (permission denied); nothing was published",
+        fix="make it readable by this user, or move it out of the checkpoint directory")
+
+
+def _walk_error(error: OSError) -> None:
+    if isinstance(error, PermissionError):
+        raise unreadable(error.filename) from None
+    if isinstance(error, FileNotFoundError):
+        raise SnapshotUnstableError(f"{error.filename} vanished while it was scanned") from None
+    raise CheckpointError(f"cannot list {error.filename}: {error.strerror}") from None
 
 
 def check_publishable(snapshot: Snapshot, *, now_ns: int, settle_s: float) -> None:

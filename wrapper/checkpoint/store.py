@@ -13,6 +13,7 @@ from wrapper.checkpoint.hashing import HashCache
 from wrapper.checkpoint.layout import read_pointer
 from wrapper.checkpoint.publish import publish_snapshot
 from wrapper.checkpoint.restore import list_checkpoints, restore_latest, verify_store
+from wrapper.checkpoint.restore_swap import heal
 from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
 from wrapper.checkpoint.snapshot import prepare_snapshot
@@ -86,7 +87,7 @@ class CheckpointStore:
                                     cache=cache, progress=progress, wall_clock=self._wall_clock)
         except StoreOperationError as error:
             raise CheckpointError(
-                f"publish of {local_dir} to {store.url} failed: {error}",
+                f"publish of {local_dir} to {_where(store)} failed: {_one_line(error)}",
                 fix="check that the store is reachable and writable; the previous "
                 "checkpoint is still the latest",
             ) from None
@@ -107,6 +108,7 @@ class CheckpointStore:
         if local_dir.exists() and not local_dir.is_dir():
             raise CheckpointError(f"{local_dir} exists and is not a directory",
                                   fix="restore into a directory")
+        heal(local_dir)  # an interrupted restore into it is finished or undone first
         if not allow_nonempty and local_dir.is_dir() and any(local_dir.iterdir()):
             raise CheckpointError(
                 f"{local_dir} is not empty; restoring would overwrite files in it",
@@ -117,8 +119,10 @@ class CheckpointStore:
         try:
             return restore_latest(store, local_dir, progress=progress)
         except StoreOperationError as error:
-            raise CheckpointError(f"restore from {store.url} failed: {error}",
+            raise CheckpointError(f"restore from {_where(store)} failed: {_one_line(error)}",
                                   fix="check that the store is reachable") from None
+        finally:
+            store.close_dirs()
 
     def list(self) -> list[CheckpointInfo]:
         return self._guard(lambda store: list_checkpoints(store))
@@ -131,5 +135,16 @@ class CheckpointStore:
         try:
             return operation(store)
         except StoreOperationError as error:
-            raise CheckpointError(f"cannot read store {store.url}: {error}",
+            raise CheckpointError(f"cannot read store {_where(store)}: {_one_line(error)}",
                                   fix="check the URL and that the store is reachable") from None
+        finally:
+            store.close_dirs()
+
+
+def _where(store: StoreFS) -> str:
+    """The store's URL and, for a remote one, the server it talks to (redacted later)."""
+    return f"{store.url} (endpoint {store.endpoint})" if store.endpoint else store.url
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())

@@ -7,17 +7,22 @@ filesystems we write a temp file, fsync it and rename it into place.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import errno
+import logging
 import os
 import shutil
 import stat
+import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import copy_and_digest, stat_key
+from wrapper.checkpoint.hashing import SMALL_FILE, copy_and_digest, copy_small, stat_key
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
 from wrapper.redact import redact, register_url_secrets
@@ -27,19 +32,68 @@ from wrapper.checkpoint.snapshot import TEMP_TAG
 def open_url(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
     options = dict(storage_options or {})
     register_url_secrets(url, options)  # any echo of them, even by a library, is masked
-    if url.startswith(("s3://", "s3a://")):
+    s3 = url.startswith(("s3://", "s3a://"))
+    if s3:
         # Listings must reflect deletes and writes of this very process.
         options.setdefault("use_listings_cache", False)
+        # Every request bounded: botocore's defaults are 60 s to connect and 60 s per
+        # read, retried by botocore AND by s3fs (5 x 5 tries) under our own retries: a
+        # server that stops answering held a publish for many minutes. Here each try is
+        # one request with these timeouts; RetryPolicy alone retries, under its deadline.
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", _seconds("RESCHED_S3_CONNECT_TIMEOUT_S", 10.0))
+        config.setdefault("read_timeout", _seconds("RESCHED_S3_READ_TIMEOUT_S", 60.0))
+        config.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config
+    _quiet_orphaned_tasks()
     import fsspec  # type: ignore[import-untyped]  # ~0.2 s: only for non-local stores
 
     try:
-        return fsspec.core.url_to_fs(url, **options)
+        fs, root = fsspec.core.url_to_fs(url, **options)
     except (ImportError, ValueError) as error:
         raise CheckpointError(
             f"cannot open store {url}: {error}",
             fix="use a file path, file://, s3:// (pip install 'resched[s3]') or another "
             "fsspec URL whose package is installed",
         ) from None
+    if s3 and hasattr(fs, "retries"):
+        fs.retries = 1  # s3fs's own retry loop: RetryPolicy is the one that retries
+    return fs, root
+
+
+class _OrphanedTaskFilter(logging.Filter):
+    """A request abandoned on a dead connection leaves an aiohttp task whose error nobody
+    reads; asyncio then logs "Task exception was never retrieved" with a traceback on
+    stderr, around our one error line. The error itself reached us (and is reported)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return not text.startswith(("Task exception was never retrieved",
+                                    "Future exception was never retrieved"))
+
+
+def _quiet_orphaned_tasks() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _OrphanedTaskFilter) for f in logger.filters):
+        logger.addFilter(_OrphanedTaskFilter())
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def endpoint_of(url: str, storage_options: dict[str, Any] | None) -> str | None:
+    """The server a remote store talks to (for error lines), credentials masked."""
+    client = (storage_options or {}).get("client_kwargs") or {}
+    endpoint = client.get("endpoint_url") or (storage_options or {}).get("endpoint_url") \
+        or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint is None and url.startswith(("s3://", "s3a://")):
+        endpoint = "AWS S3 (default endpoint)"
+    return redact(str(endpoint)) if endpoint else None
 
 
 # The largest small document (pointer, manifest, identity) a store may hold: a FIFO or
@@ -85,8 +139,20 @@ class StoreFS:
                                   "plain path")
         else:
             self._fs, root = open_url(url, storage_options)
+        self.endpoint = endpoint_of(url, storage_options) if local is None else None
+        self._made: set[Path] = set()  # folders this process created or found (ingest)
+        # objects/<xx> folders open_blob opened without following a link, kept open
+        self._dir_fds: dict[str, int] = {}
+        self._dir_lock = threading.Lock()
         self.root = root.rstrip("/") if root not in ("/", "") else root
         self.is_local = local is not None or type(self._fs).__name__ == "LocalFileSystem"
+
+    def once(self) -> StoreFS:
+        """This store with a single try per operation: best-effort cleanup after a
+        failure must not spend the retry budget again per object on a store that is gone."""
+        single = copy.copy(self)
+        single.retry = dataclasses.replace(self.retry, attempts=1)
+        return single
 
     @property
     def fs(self) -> Any:
@@ -186,8 +252,11 @@ class StoreFS:
         after): a file that changed meanwhile is refused, never stored under a hash of
         other bytes."""
         tmp_dir = self.local_path("objects")
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+        if tmp_dir not in self._made:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            self._made.add(tmp_dir)
         tmp = tmp_dir / f"{TEMP_TAG}{uuid.uuid4().hex}"
+        renamed = False
         src_fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             before = os.fstat(src_fd)
@@ -196,7 +265,10 @@ class StoreFS:
             _advise_sequential(src_fd)
             dst_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                size, sha = copy_and_digest(src_fd, dst_fd, before.st_size, progress)
+                if before.st_size <= SMALL_FILE:
+                    size, sha = copy_small(src_fd, dst_fd, before.st_size, progress)
+                else:
+                    size, sha = copy_and_digest(src_fd, dst_fd, before.st_size, progress)
             finally:
                 os.close(dst_fd)
             if stat_key(os.stat(source)) != stat_key(before) or size != before.st_size:
@@ -204,12 +276,16 @@ class StoreFS:
             if keep_existing(sha, size):
                 return size, sha, None
             target = self.local_path(relkey_for(sha))
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in self._made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(target.parent)
             os.replace(tmp, target)
+            renamed = True
             return size, sha, target
         finally:
             os.close(src_fd)
-            tmp.unlink(missing_ok=True)
+            if not renamed:
+                tmp.unlink(missing_ok=True)
 
     def open_blob(self, relkey: str, size: int) -> int:
         """A read-only fd of a local store's blob, opened safely: no link followed below
@@ -217,8 +293,13 @@ class StoreFS:
         regular file (a FIFO or device is never opened: lstat first, then O_NONBLOCK and
         fstat on the same inode), and of the size the manifest records."""
         flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
-        dir_fd = os.open(self.local_path(""), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         parts = relkey.split("/")
+        folder = "/".join(parts[:-1])
+        with self._dir_lock:
+            cached = self._dir_fds.get(folder)
+        if cached is not None:  # a folder opened (safely) before: one open per blob
+            return self._open_in(cached, parts[-1], relkey, size, flags)
+        dir_fd = os.open(self.local_path(""), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             for part in parts[:-1]:
                 try:
@@ -232,16 +313,29 @@ class StoreFS:
                     raise
                 os.close(dir_fd)
                 dir_fd = next_fd
-            try:
-                seen = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
-            if not stat.S_ISREG(seen.st_mode):
-                raise UnsafeBlobError(f"{self.key(relkey)} is not a regular file "
-                                      f"({_kind(seen.st_mode)})")
-            fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=dir_fd)
+            with self._dir_lock:
+                if folder not in self._dir_fds:
+                    self._dir_fds[folder] = os.dup(dir_fd)
+            return self._open_in(dir_fd, parts[-1], relkey, size, flags)
         finally:
             os.close(dir_fd)
+
+    def close_dirs(self) -> None:
+        """Close the folders open_blob keeps open (end of a restore or verify)."""
+        with self._dir_lock:
+            fds, self._dir_fds = list(self._dir_fds.values()), {}
+        for fd in fds:
+            os.close(fd)
+
+    def _open_in(self, dir_fd: int, name: str, relkey: str, size: int, flags: int) -> int:
+        try:
+            seen = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"blob {self.key(relkey)} is missing") from None
+        if not stat.S_ISREG(seen.st_mode):
+            raise UnsafeBlobError(f"{self.key(relkey)} is not a regular file "
+                                  f"({_kind(seen.st_mode)})")
+        fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=dir_fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
             os.close(fd)
@@ -335,13 +429,46 @@ def _write_local_atomic(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+# Above this many files one syncfs of their filesystem replaces a fsync per file and per
+# folder (100k small files: 100k fsyncs were most of a publish's time).
+SYNCFS_FROM = 256
+
+
 def fsync_files(paths: list[Path]) -> None:
     """Make written files and their directory entries durable."""
+    if len(paths) >= SYNCFS_FROM and _syncfs_all(paths):
+        return
     for path in paths:
         with open(path, "rb") as handle:
             os.fsync(handle.fileno())
     for folder in {path.parent for path in paths}:
         _fsync_dir(folder)
+
+
+def _syncfs_all(paths: list[Path]) -> bool:
+    """syncfs(2) once per filesystem the files live on (Linux); False where it is not
+    available, and the caller fsyncs file by file."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syncfs = libc.syncfs
+    except (OSError, AttributeError):
+        return False
+    devices: dict[int, Path] = {}
+    for path in paths:
+        devices.setdefault(os.lstat(path).st_dev, path)
+    for path in devices.values():
+        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            if syncfs(fd) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, os.strerror(code), str(path.parent))
+        finally:
+            os.close(fd)
+    return True
 
 
 def _copy_local_atomic(source: Path, target: Path) -> None:
