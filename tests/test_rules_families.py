@@ -1,0 +1,106 @@
+"""Issue 20, second round: the families a blind set of real logs found uncovered, each
+rule checked on lines written from the message shapes of the source that raises them
+(cited in the catalogue), with a near miss for each, and the success evidence that
+outranks a teardown failure next to what must NOT count as success."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_rules_tables import diagnose
+
+
+@pytest.mark.parametrize(("line", "rule", "decision"), [
+    # ---- node loss / preemption as the platform reports it ----
+    # slurmstepd req.c, SIG_REQUEUED
+    ("slurmstepd: error: *** JOB 77120 ON gpu-a-12 CANCELLED AT 2026-03-02T11:40:05 DUE TO JOB REQUEUE ***", "preempted", "reschedule"),
+    # submitit job_environment.py, its handler of the scheduler's warning signal
+    ("submitit WARNING (2026-03-02 11:40:04,120) - Caught signal SIGUSR1 on gpu-a-12: this job is preempted.", "preempted", "reschedule"),
+    # kubeflow mpi-operator: the Failed condition when a worker pod was evicted
+    ("    reason: MPIJobEvicted", "platform-preempted", "reschedule"),
+    ("    message: 3/32 workers are evicted", "platform-preempted", "reschedule"),
+    # Kubernetes DisruptionTarget reasons
+    ("    reason: EvictionByEvictionAPI", "platform-preempted", "reschedule"),
+    ("    reason: TerminationByKubelet", "platform-preempted", "reschedule"),
+    # AWS Batch statusReason
+    ("statusReason: Host EC2 (instance i-0a1b2c3d4e5f67890) terminated.", "platform-preempted", "reschedule"),
+    # Ray GCS death cause (gcs_actor_manager.cc) in the "is dead" wording
+    ("ray.exceptions.ActorDiedError: The actor is dead because its node has died. Node Id: 1f2e3d4c5b6a", "platform-node-lost", "reschedule"),
+    # TensorFlow TPU ShutdownHook
+    ("INFO:tensorflow:ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:3/device:CPU:0)", "platform-node-lost", "reschedule"),
+    # ---- GPU / driver / fabric state ----
+    # any WARN of NCCL's NVLS transport, whatever CUDA error it carries
+    ("gpu-b-3:5512:5600 [4] transport/nvls.cc:310 NCCL WARN Cuda failure 'invalid argument'", "gpu-driver-fabric-fault", "reschedule"),
+    # the multicast bind failure; its CUDA error reads 'out of memory' (no OOM of the model's)
+    ("Failed to bind NVLink SHARP (NVLS) Multicast memory of size 4194304 : CUDA error 2 'out of memory'.", "gpu-driver-fabric-fault", "reschedule"),
+    # CUDA init failing with cudaErrorUnknown: c10's warning, and the old THC init
+    ("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumCudaDevices() that might have already set an error? Error 999: unknown error", "gpu-driver-fabric-fault", "reschedule"),
+    ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=30 : unknown error", "gpu-driver-fabric-fault", "reschedule"),
+    # ---- deterministic configuration ----
+    # misc/socket.cc: an address never filled in (no interface matched NCCL_SOCKET_IFNAME)
+    ("ncclSocketConnect: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)", "nccl-invalid-usage", "abort"),
+    # graph/rings.cc: the ranks disagree about the topology
+    ("gpu-c-1:881:930 [0] graph/rings.cc:40 NCCL WARN Error : ring 2 does not loop back to start (9 != 0)", "nccl-invalid-usage", "abort"),
+    ("gpu-c-1:881:930 [0] graph/rings.cc:52 NCCL WARN Error : ring 1 does not contain rank 4", "nccl-invalid-usage", "abort"),
+])
+def test_family_line_decides(tmp_path: Path, line: str, rule: str, decision: str) -> None:
+    d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
+    assert (d.rule_id, d.decision) == (rule, decision), d.why_won
+
+
+@pytest.mark.parametrize(("line", "not_rule"), [
+    # an unknown error mid-run (not at init) stays the ambiguous CUDA rule: retry first
+    ("RuntimeError: cuda runtime error (30) : unknown error at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510", "gpu-driver-fabric-fault"),
+    ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=2 : out of memory", "gpu-driver-fabric-fault"),
+    # NCCL's INFO line naming the NVLS transport is no failure
+    ("gpu-b-3:5512:5600 [4] NCCL INFO transport/nvls.cc:512 NVLS comm 0x55 headRank 0 nHeads 4", "gpu-driver-fabric-fault"),
+    # an MPIJob that is running, a job condition that names no eviction
+    ("    reason: MPIJobRunning", "platform-preempted"),
+    # a plain cancel (no reason) is a person's decision, not a requeue / preemption
+    ("slurmstepd: error: *** JOB 77120 ON gpu-a-12 CANCELLED AT 2026-03-02T11:40:05 ***", "preempted"),
+    # an actor killed on purpose: its node is fine
+    ("The actor is dead because it was killed by `ray.kill`.", "platform-node-lost"),
+])
+def test_family_near_miss(tmp_path: Path, line: str, not_rule: str) -> None:
+    d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
+    assert d.rule_id != not_rule, (line, d.why_won)
+
+
+@pytest.mark.parametrize(("lines", "signal", "rule"), [
+    # Megatron's --do-test pass runs only after train() returned
+    ([" validation loss at iteration 5000 on test set | lm loss value: 1.981E+00 | lm loss PPL: 7.25E+00 | ",
+      "[rank0]:[W1121 04:00:01.1 ProcessGroupNCCL.cpp:1250] Warning: WARNING: destroy_process_group() was not called before program exit",
+      "pure virtual method called", "terminate called without an active exception"], 6, "finished-megatron"),
+    # HF Trainer's closing speed metrics, then a crash at exit
+    (["{'train_runtime': 812.33, 'train_samples_per_second': 12.1, 'train_steps_per_second': 0.76, 'train_loss': 0.93, 'epoch': 2.0}",
+      "Segmentation fault (core dumped)"], 11, "finished-hf-trainer"),
+    # the example scripts' log_metrics("train", ...)
+    (["***** train metrics *****", "  epoch                    =        3.0", "  train_runtime            = 2:00:15.42",
+      "Segmentation fault (core dumped)"], 11, "finished-hf-trainer"),
+    # fairseq's end of the epoch loop
+    (["2026-11-21 04:00:00 | INFO | fairseq_cli.train | done training in 86342.7 seconds",
+      "RuntimeError: NCCL communicator was aborted on rank 3."], None, "finished-fairseq"),
+])
+def test_success_outranks_a_teardown_failure(tmp_path: Path, lines: list[str], signal: int | None,
+                                             rule: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", *lines], exit_code=None if signal else 1, signal=signal)
+    assert (d.rule_id, str(d.decision)) == (rule, "complete"), d.why_won
+    assert d.finished_by
+
+
+@pytest.mark.parametrize("lines", [
+    # validation DURING training is no end of training
+    [" validation loss at iteration 2000 on validation set | lm loss value: 2.310E+00 |",
+     "pure virtual method called"],
+    # a running Trainer's per-step log dict has no train_runtime
+    ["{'loss': 1.2031, 'grad_norm': 0.88, 'learning_rate': 1.9e-05, 'epoch': 0.41}",
+     "Segmentation fault (core dumped)"],
+    # eval metrics are printed mid-training too
+    ["***** eval metrics *****", "  eval_loss = 1.93", "Segmentation fault (core dumped)"],
+])
+def test_what_is_not_success_stays_a_failure(tmp_path: Path, lines: list[str]) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", *lines], exit_code=None, signal=11)
+    assert str(d.decision) != "complete" and not d.finished_by, d.why_won
