@@ -28,6 +28,8 @@ from tests.test_rules_tables import diagnose
     ("statusReason: Host EC2 (instance i-0a1b2c3d4e5f67890) terminated.", "platform-preempted", "reschedule"),
     # Ray GCS death cause (gcs_actor_manager.cc) in the "is dead" wording
     ("ray.exceptions.ActorDiedError: The actor is dead because its node has died. Node Id: 1f2e3d4c5b6a", "platform-node-lost", "reschedule"),
+    # the node lifecycle controller's event on a pod of an unresponsive node
+    ("  Warning  NodeNotReady  4m12s  node-controller  Node is not ready", "platform-node-lost", "reschedule"),
     # TensorFlow TPU ShutdownHook
     ("INFO:tensorflow:ShutdownHook: lame workers found: HeartbeatManager(/job:worker/replica:0/task:3/device:CPU:0)", "platform-node-lost", "reschedule"),
     # ---- GPU / driver / fabric state ----
@@ -61,6 +63,8 @@ def test_family_line_decides(tmp_path: Path, line: str, rule: str, decision: str
     ("    reason: MPIJobRunning", "platform-preempted"),
     # a plain cancel (no reason) is a person's decision, not a requeue / preemption
     ("slurmstepd: error: *** JOB 77120 ON gpu-a-12 CANCELLED AT 2026-03-02T11:40:05 ***", "preempted"),
+    # every pod's default tolerations name the taints: no node loss
+    ("Tolerations:  node.kubernetes.io/not-ready:NoExecute op=Exists for 300s", "platform-node-lost"),
     # an actor killed on purpose: its node is fine
     ("The actor is dead because it was killed by `ray.kill`.", "platform-node-lost"),
 ])
