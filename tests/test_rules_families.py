@@ -108,3 +108,20 @@ def test_success_outranks_a_teardown_failure(tmp_path: Path, lines: list[str], s
 def test_what_is_not_success_stays_a_failure(tmp_path: Path, lines: list[str]) -> None:
     d = diagnose(tmp_path, ["step 100 loss 2.31", *lines], exit_code=None, signal=11)
     assert str(d.decision) != "complete" and not d.finished_by, d.why_won
+
+
+@pytest.mark.parametrize(("lines", "rule"), [
+    # Megatron saves after its "[after training is done]" line: a full volume there
+    (["[after training is done] datetime: 2026-11-21 03:59:08 ",
+      "saving checkpoint at iteration   10000 to /ckpt/run-7",
+      "OSError: [Errno 28] No space left on device: '/ckpt/run-7/iter_0010000'"], "storage-io-error"),
+    # the HF Trainer's loop ended, then pushing the model to the Hub failed
+    (["{'train_runtime': 812.33, 'train_samples_per_second': 12.1, 'train_steps_per_second': 0.76, 'epoch': 2.0}",
+      "huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url: "
+      "https://huggingface.co/api/models/org/model/commit/main"], "remote-service-unavailable"),
+])
+def test_a_failed_final_save_or_upload_after_the_finish_line_is_no_success(
+        tmp_path: Path, lines: list[str], rule: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", *lines], exit_code=1)
+    assert (d.rule_id, str(d.decision)) == (rule, "retry"), d.why_won
+    assert "final save" in d.hint

@@ -40,6 +40,7 @@ from wrapper.classifier.rules import CATALOGUE_PATH, Escalation, Rule, RuleSet
 from wrapper.classifier.scanner import LineScanner, LogHit
 from wrapper.classifier.success import (
     FLAG_RULE,
+    OUTPUT_AT_RISK,
     Finished,
     find_finished,
     last_restart_seq,
@@ -200,6 +201,16 @@ def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules
     at = f" ({line.where()}: {line.text[:200]})" if line is not None else ""
     failure = f"{diagnosis.rule_id}, {diagnosis.status}"
     recovered = when.startswith("belongs")
+    if (diagnosis.category in OUTPUT_AT_RISK and finished.hit is not None
+            and when.endswith("(teardown)")):
+        # the final save / an upload runs after the framework's finished line: its failure
+        # may have lost the output, so it decides (success.py, OUTPUT_AT_RISK)
+        return replace(diagnosis, hint=(
+            f"The training loop finished ({finished.what}{at}), but {failure} came after "
+            f"it, where the final save or an upload runs: the output may be missing, so "
+            f"this is no success. {diagnosis.hint}"),
+            why_won=(f"{diagnosis.rule_id} won: a {diagnosis.category} failure after "
+                     f"{finished.rule_id} may have lost the final save / upload"))
     if (diagnosis.decision is Decision.ABORT and diagnosis.counts_as_failure and not recovered
             and least_regret([Decision.COMPLETE, Decision.ABORT]) is Decision.ABORT):
         # A deterministic error after the end of training (the test / export step of the
