@@ -41,6 +41,10 @@ from tests.test_rules_tables import diagnose
     ("UserWarning: CUDA initialization: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions "
      "before calling NumCudaDevices() that might have already set an error? Error 999: unknown error", "gpu-driver-fabric-fault", "reschedule"),
     ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=50 error=30 : unknown error", "gpu-driver-fabric-fault", "reschedule"),
+    # the container runtime's GPU hook cannot reach the driver
+    ("OCI runtime create failed: runc create failed: unable to start container process: error during container init: "
+     "error running prestart hook #0: exit status 1, stdout: , stderr: nvidia-container-cli: initialization error: "
+     "nvml error: driver/library version mismatch: unknown", "gpu-driver-fabric-fault", "reschedule"),
     # ---- deterministic configuration ----
     # misc/socket.cc: an address never filled in (no interface matched NCCL_SOCKET_IFNAME)
     ("ncclSocketConnect: connecting to address  with family 0 is neither AF_INET(2) nor AF_INET6(10)", "nccl-invalid-usage", "abort"),
@@ -125,3 +129,19 @@ def test_a_failed_final_save_or_upload_after_the_finish_line_is_no_success(
     d = diagnose(tmp_path, ["step 100 loss 2.31", *lines], exit_code=1)
     assert (d.rule_id, str(d.decision)) == (rule, "retry"), d.why_won
     assert "final save" in d.hint
+
+
+@pytest.mark.parametrize("line", [
+    "[exiting program after 230.0 minutes] datetime: 2026-11-21 03:50:00 ",
+    "[exiting program at iteration 4500] datetime: 2026-11-21 03:50:00 ",
+    "Time limit reached. Elapsed time is 11:59:58. Signaling Trainer to stop.",
+])
+def test_a_budget_exit_at_exit_0_is_a_stop_not_the_end(tmp_path: Path, line: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line], exit_code=0)
+    assert (d.rule_id, str(d.decision)) == ("preempted", "reschedule"), d.why_won
+
+
+def test_the_budget_words_mid_line_in_a_config_dump_are_no_stop(tmp_path: Path) -> None:
+    d = diagnose(tmp_path, ["args: exit_duration_in_mins=230 exit_interval=None", "step 100 loss 2.31"],
+                 exit_code=0)
+    assert (d.rule_id, str(d.decision)) == ("complete", "complete"), d.why_won
