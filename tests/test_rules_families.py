@@ -145,3 +145,23 @@ def test_the_budget_words_mid_line_in_a_config_dump_are_no_stop(tmp_path: Path) 
     d = diagnose(tmp_path, ["args: exit_duration_in_mins=230 exit_interval=None", "step 100 loss 2.31"],
                  exit_code=0)
     assert (d.rule_id, str(d.decision)) == ("complete", "complete"), d.why_won
+
+
+@pytest.mark.parametrize(("line", "rule", "decision"), [
+    # status-code wrappers say nothing by themselves: an NCCL failure inside an XLA
+    # collective, a closed socket under TensorFlow -> no abort on a first occurrence
+    ("jax.errors.JaxRuntimeError: INTERNAL: Failed to execute XLA Runtime executable: run time error: custom call "
+     "'xla.gpu.all_reduce' failed: NCCL operation ncclAllReduce failed: unhandled cuda error", "unknown-failure", "retry"),
+    ("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", "unknown-failure", "retry"),
+    ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded", "unknown-failure", "retry"),
+    # ... while the out-of-memory status is the OOM rule's, and a library's own class still aborts
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
+     "cuda-oom", "abort"),
+    ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,4096,4096]",
+     "cuda-oom", "abort"),
+    ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [8,128] vs. [8,64]",
+     "python-uncaught-exception", "abort"),
+])
+def test_status_code_wrappers_decide_on_their_status(tmp_path: Path, line: str, rule: str, decision: str) -> None:
+    d = diagnose(tmp_path, ["step 1 loss 2.31", line])
+    assert (d.rule_id, str(d.decision)) == (rule, decision), d.why_won
