@@ -165,3 +165,28 @@ def test_the_budget_words_mid_line_in_a_config_dump_are_no_stop(tmp_path: Path) 
 def test_status_code_wrappers_decide_on_their_status(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line])
     assert (d.rule_id, str(d.decision)) == (rule, decision), d.why_won
+
+
+@pytest.mark.parametrize("line", [
+    "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host hub.example.org:443 ssl:default [Connection reset by peer]",
+    "google.auth.exceptions.TransportError: HTTPSConnectionPool(host='oauth2.example.org', port=443): Max retries exceeded",
+    "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+    "pyarrow.lib.ArrowIOError: Unexpected end of stream",
+    "[rank3]: wandb.errors.CommError: Network error (ConnectionError), entering retry loop.",
+])
+def test_a_library_class_named_for_a_network_or_timeout_failure_retries(tmp_path: Path, line: str) -> None:
+    d = diagnose(tmp_path, ["step 1 loss 2.31", line])
+    assert (d.rule_id, str(d.decision)) == ("python-transient-error", "retry"), d.why_won
+
+
+@pytest.mark.parametrize(("line", "rule"), [
+    # a library's own class named for something else still aborts; the generic IOError
+    # (an alias of OSError) decides nothing by its name
+    ("omegaconf.errors.ConfigAttributeError: Missing key optimizer", "python-uncaught-exception"),
+    ("IOError: [Errno 2] No such file or directory: 'data/train.json'", "unknown-failure"),
+    # a frame's source line naming the class is no uncaught exception
+    ("    raise ClientConnectorError(req.connection_key, exc) from exc", "unknown-failure"),
+])
+def test_the_transient_class_names_stay_narrow(tmp_path: Path, line: str, rule: str) -> None:
+    d = diagnose(tmp_path, ["step 1 loss 2.31", line])
+    assert d.rule_id == rule, d.why_won
