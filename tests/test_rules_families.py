@@ -190,3 +190,24 @@ def test_a_library_class_named_for_a_network_or_timeout_failure_retries(tmp_path
 def test_the_transient_class_names_stay_narrow(tmp_path: Path, line: str, rule: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line])
     assert d.rule_id == rule, d.why_won
+
+
+@pytest.mark.parametrize("line", [
+    "Killed",
+    "Bus error (core dumped)",
+    "srun: error: gpu-a-07: tasks 0-3: Killed",
+    "E1121 03:59:07.000000 77 torch/distributed/elastic/multiprocessing/api.py:881] failed (exitcode: -11) local_rank: 2 (pid: 4120) of binary: /usr/bin/python3",
+])
+def test_a_signal_death_in_the_log_is_no_success_at_exit_0(tmp_path: Path, line: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line, "done"], exit_code=0)
+    # (torchelastic's line also names the signal as the root cause's status: the status rule)
+    assert str(d.decision) == "retry" and d.rule_id in {"signal-death-in-log", "crashed-by-signal"}, d.why_won
+
+
+@pytest.mark.parametrize("line", [
+    "the job was Killed by the user on purpose",  # words, not the shell's report
+    "E1121 03:59:07.000000 77 api.py:881] failed (exitcode: 1) local_rank: 2 (pid: 4120)",  # no signal
+])
+def test_signal_words_elsewhere_are_no_death_report(tmp_path: Path, line: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line, "done"], exit_code=0)
+    assert d.rule_id != "signal-death-in-log", d.why_won

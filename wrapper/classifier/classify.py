@@ -60,7 +60,11 @@ _SUMMARY_TAIL_LINES = 800  # tail of each log searched for a ChildFailedError ta
 _READ_CHARS = 4 * 1024 * 1024
 
 
-TRACEBACK_AT_EXIT_0 = "traceback-at-exit-0"  # the catalogue rule that marks it
+def _names_a_crash_at_exit_0(rule: Rule) -> bool:
+    """A cascade rule written for exit 0 too (a block of ``exit_codes: [0]`` and log lines:
+    an uncaught traceback, a process's death by a signal): its line says a crash even
+    when the exit status does not. Other cascades (a watchdog timeout...) are symptoms."""
+    return any(block.exit_codes == frozenset({0}) and block.patterns for block in rule.matches)
 
 
 
@@ -176,7 +180,7 @@ def _crash_at_exit_0(rules: RuleSet, facts: Facts) -> bool:
     for rule in rules.rules:
         if (rule.marks is not None or catch_all(rule) or rule.decision is Decision.COMPLETE
                 or not rule.counts_as_failure or not rule.patterns or rule.exhausts_retries
-                or (rule.cascade and rule.id != TRACEBACK_AT_EXIT_0)):
+                or (rule.cascade and not _names_a_crash_at_exit_0(rule))):
             continue
         if rule_matches(rule, trial):
             hit = first_hit(rule, trial)
