@@ -13,7 +13,10 @@ Inside, one module per part: ``catalogue.yaml`` and ``rules.py`` (the rules as d
 (what torchrun / ft_launcher hide: per-rank codes, error files, the tracker file),
 ``nvrx_watch.py`` and ``nvrx_verdict.py`` (NVRx in-process restarts, stragglers),
 ``success.py`` (evidence that the training finished), ``costs.py`` (what each wrong
-decision costs), ``classify.py`` (the rule engine) and ``verdict.py`` (the judge).
+decision costs), ``diagnosis.py`` (the evidence and diagnosis types, the printed text),
+``precedence.py`` (which matching rule wins, and why), ``classify.py`` (the rule engine:
+the winner against success evidence and the cost table), ``unknown.py`` (what an unknown
+failure shows) and ``verdict.py`` (the judge).
 """
 
 from __future__ import annotations

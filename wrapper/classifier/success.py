@@ -13,6 +13,10 @@ strongest first:
    SUCCEEDED);
 3. progress: Megatron's ``iteration N/ TOTAL`` line with N = TOTAL (--train-iters).
 
+A storage or remote-service failure after a finished LINE (not the flag, which is
+written last) is the exception: the final save or an upload runs after those lines
+(``OUTPUT_AT_RISK``), so the failure decides.
+
 The reverse also holds: a progress line that names an end the training did not reach
 says an exit 0 was a stop, not the end (``unfinished``).
 """
@@ -34,6 +38,13 @@ class Finished:
     what: str
     hit: LogHit | None = None
 
+
+# Failure categories that may mean the training's output was not written: the frameworks'
+# end-of-training lines come BEFORE their final save (Megatron saves after "[after training
+# is done]", HF's save_model runs after Trainer.train() returned) and before any upload.
+# Such a failure after the line is no teardown noise: the run keeps the failure's decision
+# (retry: 1 wasted restart if the output was there, against 100 for a "complete" without it).
+OUTPUT_AT_RISK = frozenset({"storage-io", "remote-service"})
 
 FLAG_RULE = "complete-finished"
 LAST_STEP_RULE = "last-step-reached"
