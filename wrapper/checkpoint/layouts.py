@@ -47,7 +47,7 @@ import os
 import re
 import stat
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -351,25 +351,33 @@ def _deepspeed_step(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _peek_dict_cached(path: Path) -> dict[str, object] | None:
+def _peek_dict(path: Path, part: str,
+                 pick: Callable[[dict[str, object]], dict[str, object] | None]
+                 ) -> dict[str, object] | None:
+    """``pick`` of a ``torch.save`` file's top-level dict, read once per file version
+    (the same file is judged at every upload); ``part`` names what was picked."""
     st = _stat(path)
     if st is None:
         return None
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, part)
     if key not in _DICT_PEEKS:
         from wrapper.checkpoint.ptpeek import peek_top_level
 
-        if len(_DICT_PEEKS) > 64:
+        if len(_DICT_PEEKS) > 128:
             _DICT_PEEKS.clear()
         data = peek_top_level(path)
-        # keep only the small plain values (the rest can be large)
-        _DICT_PEEKS[key] = None if data is None else {
-            k: v for k, v in data.items() if k in ("global_steps", "dp_world_size",
-                                                   "mp_world_size", "ds_config")}
+        _DICT_PEEKS[key] = None if data is None else pick(data)
     return _DICT_PEEKS[key]
 
 
-_DICT_PEEKS: dict[tuple[str, int, int, int], dict[str, object] | None] = {}
+_DICT_PEEKS: dict[tuple[str, int, int, int, str], dict[str, object] | None] = {}
+
+
+def _peek_dict_cached(path: Path) -> dict[str, object] | None:
+    """DeepSpeed's model states: only the small plain values (the rest can be large)."""
+    return _peek_dict(path, "deepspeed", lambda data: {
+        k: v for k, v in data.items()
+        if k in ("global_steps", "dp_world_size", "mp_world_size", "ds_config")})
 
 
 # --- Lightning / NeMo -------------------------------------------------------------------
@@ -486,22 +494,11 @@ def _lost_last_link(folder: Path, rels: list[str], target: tuple[int, str] | Non
 
 def _peek_state_cached(path: Path) -> dict[str, object] | None:
     """The ``callbacks`` dict of a Lightning checkpoint (plain values only)."""
-    st = _stat(path)
-    if st is None:
-        return None
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    if key not in _STATE_PEEKS:
-        from wrapper.checkpoint.ptpeek import peek_top_level
+    def callbacks(data: dict[str, object]) -> dict[str, object] | None:
+        found = data.get("callbacks")
+        return found if isinstance(found, dict) else None
 
-        if len(_STATE_PEEKS) > 64:
-            _STATE_PEEKS.clear()
-        data = peek_top_level(path)
-        callbacks = data.get("callbacks") if data else None
-        _STATE_PEEKS[key] = callbacks if isinstance(callbacks, dict) else None
-    return _STATE_PEEKS[key]
-
-
-_STATE_PEEKS: dict[tuple[str, int, int, int], dict[str, object] | None] = {}
+    return _peek_dict(path, "lightning-callbacks", callbacks)
 
 
 def _last_ckpt_step(folder: Path, rel: str) -> tuple[int, str]:
