@@ -85,3 +85,28 @@ def test_uploads_of_no_newer_step_do_not_count(driver) -> None:  # type: ignore[
     assert chaos.tick(runs) == []
     _upload(timeline, clock, 30)
     assert [f.fault.kind for f in chaos.tick(runs)] == ["exit"]
+
+
+def test_a_step_fault_fires_at_its_step_whatever_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chaos_driver, "inject",
+                        lambda fault, **_: Injection(f"{fault.kind} injected", (1,)))
+    clock = Clock()
+    timeline = Timeline(clock=clock)
+    chaos = ChaosDriver(parse_chaos("slow:worker_1=8@300step,kill:master@400step", TASKS), TASKS,
+                        timeline, stop_grace_s=5, clock=clock)
+    runs = {"master": FakeRun(), "worker_1": FakeRun()}
+    clock.now = 1000.0  # a slow start-up or late uploads change nothing: only steps count
+    _upload(timeline, clock, 290)
+    assert chaos.tick(runs) == []
+    timeline.add("step", "master", step=299)
+    assert chaos.tick(runs) == []
+    timeline.add("step", "master", step=305)  # lines read in bursts: at or after the step
+    assert [f.fault.describe() for f in chaos.tick(runs)] == ["slow:worker_1=8@300step"]
+    # the next one waits for the slow fault's recovery, like an Nckpt fault
+    timeline.add("step", "master", step=450)
+    assert chaos.tick(runs) == []
+    clock.now += 1
+    timeline.add("attempt_restarted", "worker_1", mode="new pod")
+    clock.now += 1
+    timeline.add("step", "master", step=306)  # resumed below 400: the highest step seen counts
+    assert [f.fault.describe() for f in chaos.tick(runs)] == ["kill:master@400step"]

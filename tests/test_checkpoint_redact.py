@@ -50,6 +50,7 @@ def test_redact_masks_credentials_and_keeps_the_rest(text: str, gone: list[str],
     "--chaos: 'melt:t@2s' is not a fault (write KIND:TASK@20s)", "kill:master@1.5s",
     # the run report's fault lines: the spec is followed by a colon
     "fault slow:worker_1=8@1ckpt: detected 0.1 s", "worker_1  CHAOS    kill:master@15s: 2 processes",
+    "--chaos slow:worker_1=8@300step,hang:master@2000steps", "fault kill:master@500step: detected 0.2 s",
     "contact user@example.com", "at 12:30 the session ended; keys monkey signal",
     "/data/ckpt/A: weird name", "fix: check the URL",
 ])

@@ -163,6 +163,10 @@ def test_chaos_spec_parses_every_kind() -> None:
         Fault("podkill", "worker_1", at_s=60.0),
     )
     assert plan.needs_exit_hook and plan.random is None
+    by_step = parse_chaos("kill:master@500step,slow:worker_1=8@1steps", TASKS)
+    assert by_step.faults == (Fault("kill", "master", at_step=500),
+                              Fault("slow", "worker_1", at_step=1, factor=8.0))
+    assert [f.describe() for f in by_step.faults] == ["kill:master@500step", "slow:worker_1=8@1step"]
 
 
 def test_random_chaos_is_seeded() -> None:
@@ -189,6 +193,8 @@ def test_random_chaos_is_seeded() -> None:
         ("random:mtbf=10s,speed=2", "speed=2"),
         ("random:mtbf=10s,kinds=kill+nuke", "nuke"),
         ("kill:master@0ckpt", "'kill:master@0ckpt'"),
+        ("kill:master@0step", "'kill:master@0step'"),
+        ("slow:worker_1=8@-3step", "'slow:worker_1=8@-3step'"),
         ("kill:master@1s,,term:master@2s", "empty item"),
     ],
 )

@@ -43,11 +43,11 @@ _URL_USERINFO = re.compile(
 )
 # The same user-info once a library stripped the scheme ("KEY:SECRET@host/bucket"). A
 # "host" that is only a duration or a checkpoint count is a chaos spec
-# ("kill:master@20s", "term:master@3ckpt", also as "fault kill:master@20s: ..." in the
+# ("kill:master@20s", "term:master@3ckpt", "hang:master@500step", also as "fault kill:master@20s: ..." in the
 # report), which has the same shape and no secret.
 _BARE_USERINFO = re.compile(
     r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s'\"]*@"
-    r"(?!\d+(?:\.\d+)?(?:ms|us|s|m|h|d|ckpt)?(?:(?![\w.:/])|:(?:\s|$)))")
+    r"(?!\d+(?:\.\d+)?(?:ms|us|s|m|h|d|ckpt|steps?)?(?:(?![\w.:/])|:(?:\s|$)))")
 # User-info never spans whitespace or quotes: it is looked for token by token, and only in
 # tokens with an "@", so that the backtracking of the two patterns above stays within one
 # short token (a 200 KB "a:a:a:..." line took 38 s when they ran over the whole text).

@@ -35,7 +35,7 @@ def new_run_id(workflow_name: str) -> str:
 
 OPTIONS = (
     BackendOption("chaos", OptionType.TEXT, "fault injection, e.g. 'kill:master@20s,exit:master=16@50s', "
-                  "'@3ckpt' or 'random:mtbf=30s,seed=1'"),
+                  "'@3ckpt', '@500step' or 'random:mtbf=30s,seed=1'"),
     BackendOption("max_retry_per_task", OptionType.INT, "RESCHEDULEs a task gets (OSMO's pool setting; "
                   "OSMO's own default is 0)", default=DEFAULT_MAX_RETRY_PER_TASK, minimum=0),
     BackendOption("workdir", OptionType.PATH, f"where pods, logs and staged inputs go "

@@ -4,7 +4,9 @@ Spec: comma-separated items ``KIND:TASK[=CODE]@WHEN`` and/or one
 ``random:mtbf=30s[,seed=1][,kinds=kill+hang+term][,tasks=a+b][,max=N][,code=16]``.
 WHEN is a duration after the run started (``20s``, ``1m``, ``500ms``, ``90``) or
 ``Nckpt`` (right after the run's N-th upload of a newer checkpoint step by a
-``checkpoint:`` timer; uploads that carry no newer step do not count). Kinds, and what they do to
+``checkpoint:`` timer; uploads that carry no newer step do not count) or ``Nstep`` (as
+soon as the run's training reports step N or later: its progress lines, or the step its
+checkpoint folder names). Kinds, and what they do to
 the target task's processes (the task's "workload" is everything below its
 ``resched wrap`` process, or the whole task when there is no wrapper):
 
@@ -41,7 +43,9 @@ KINDS = ("kill", "podkill", "hang", "exit", "term", "slow")
 DEFAULT_RANDOM_KINDS = ("kill", "hang", "term")
 _ITEM = re.compile(r"^(?P<kind>[a-z]+):(?P<task>[^=@]+)(?:=(?P<code>[^@]*))?(?:@(?P<when>.+))?$")
 _CKPT = re.compile(r"^(\d+)ckpt$")
-_SYNTAX = "write KIND:TASK@20s, KIND:TASK@3ckpt, exit:TASK=16@50s or random:mtbf=30s,seed=1"
+_STEP = re.compile(r"^(\d+)steps?$")
+_SYNTAX = ("write KIND:TASK@20s, KIND:TASK@3ckpt, KIND:TASK@500step, exit:TASK=16@50s or "
+           "random:mtbf=30s,seed=1")
 
 
 class ChaosError(UsageError):
@@ -54,6 +58,7 @@ class Fault:
     task: str
     at_s: float | None = None  # seconds after the run started
     after_ckpt: int | None = None  # right after the run's N-th checkpoint upload
+    at_step: int | None = None  # once the run's training reports this step (or a later one)
     code: int | None = None  # exit only
     factor: float | None = None  # slow only: how many times slower
 
@@ -61,7 +66,12 @@ class Fault:
         code = f"={self.code}" if self.code is not None else ""
         if self.factor is not None:
             code = f"={self.factor:g}"
-        when = f"{round(self.at_s, 1):g}s" if self.at_s is not None else f"{self.after_ckpt}ckpt"
+        if self.at_s is not None:
+            when = f"{round(self.at_s, 1):g}s"
+        elif self.at_step is not None:
+            when = f"{self.at_step}step"
+        else:
+            when = f"{self.after_ckpt}ckpt"
         return f"{self.kind}:{self.task}{code}@{when}"
 
 
@@ -145,13 +155,8 @@ def _parse_fault(item: str, known: dict[str, str]) -> Fault:
         raise ChaosError(f"--chaos item {item!r} is not KIND:TASK@WHEN", fix=_SYNTAX)
     code = _parse_code(item, kind, match.group("code"))
     task = _task(item, match.group("task"), known)
-    when = match.group("when").strip()
-    ckpt = _CKPT.match(when)
-    if ckpt:
-        if int(ckpt.group(1)) < 1:
-            raise ChaosError(f"--chaos item {item!r}: count checkpoints from 1", fix=_SYNTAX)
-        return Fault(kind=kind, task=task, after_ckpt=int(ckpt.group(1)), code=code)
-    return Fault(kind=kind, task=task, at_s=_duration(item, when), code=code)
+    at_s, after_ckpt, at_step = _when(item, match.group("when"))
+    return Fault(kind=kind, task=task, at_s=at_s, after_ckpt=after_ckpt, at_step=at_step, code=code)
 
 
 def _parse_slow(item: str, match: re.Match[str], known: dict[str, str]) -> Fault:
@@ -164,11 +169,22 @@ def _parse_slow(item: str, match: re.Match[str], known: dict[str, str]) -> Fault
         raise ChaosError(f"--chaos item {item!r}: slow needs a FACTOR above 1 (at most 100)",
                          fix="write e.g. slow:worker_1=4 or slow:worker_1=4@30s")
     task = _task(item, match.group("task"), known)
-    when = (match.group("when") or "0s").strip()
-    ckpt = _CKPT.match(when)
-    if ckpt and int(ckpt.group(1)) >= 1:
-        return Fault(kind="slow", task=task, after_ckpt=int(ckpt.group(1)), factor=factor)
-    return Fault(kind="slow", task=task, at_s=_duration(item, when), factor=factor)
+    at_s, after_ckpt, at_step = _when(item, match.group("when") or "0s")
+    return Fault(kind="slow", task=task, at_s=at_s, after_ckpt=after_ckpt, at_step=at_step,
+                 factor=factor)
+
+
+def _when(item: str, text: str) -> tuple[float | None, int | None, int | None]:
+    """The trigger of one item: (seconds, checkpoint count, step), one of them set."""
+    when = text.strip()
+    for pattern, what in ((_CKPT, "checkpoints"), (_STEP, "steps")):
+        found = pattern.match(when)
+        if found:
+            count = int(found.group(1))
+            if count < 1:
+                raise ChaosError(f"--chaos item {item!r}: count {what} from 1", fix=_SYNTAX)
+            return (None, count, None) if pattern is _CKPT else (None, None, count)
+    return _duration(item, when), None, None
 
 
 def _parse_code(item: str, kind: str, text: str | None) -> int | None:
@@ -188,8 +204,8 @@ def _duration(item: str, text: str) -> float:
         return parse_duration(text)
     except DurationError:
         raise ChaosError(
-            f"--chaos item {item!r}: {text!r} is not a time or a checkpoint count",
-            fix="write e.g. @20s, @1m, @500ms or @3ckpt",
+            f"--chaos item {item!r}: {text!r} is not a time, a checkpoint count or a step",
+            fix="write e.g. @20s, @1m, @500ms, @3ckpt or @500step",
         ) from None
 
 

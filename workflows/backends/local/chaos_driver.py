@@ -34,7 +34,10 @@ class ChaosDriver:
     the run), so a fault hits a training that runs, and recovery time is not counted
     as time between failures (as an MTBF is measured over uptime).
 
-    A scripted ``Nckpt`` fault never fires while an earlier fault is still being
+    A scripted ``Nstep`` fault fires once the training reported that step or a later one
+    (the step is the same on every machine, whatever its speed or load, so the fault
+    lands at the same point of the training; a time does not).
+    A scripted ``Nckpt`` or ``Nstep`` fault never fires while an earlier fault is still being
     recovered (no restart followed by a training step yet): checkpoint uploads go on
     during a recovery (a Megatron-style exit saves once more on its way out, a hung
     peer's partner may still save), so a count alone would stack the next fault onto
@@ -59,7 +62,8 @@ class ChaosDriver:
         self.pending: list[Fault] = list(plan.faults)
         self.fired: list[Fired] = []
         self.uploads = 0
-        self.max_step = -1
+        self.max_step = -1  # of the uploads
+        self.train_step = -1  # the highest step the training reported
         self.last_step_t = float("-inf")
         self.last_fired_t = float("-inf")
         self._recovering = False  # a fault fired; no restart + step seen since
@@ -94,6 +98,8 @@ class ChaosDriver:
             if self._restarted and event.t >= self.last_fired_t:
                 self._recovering = self._restarted = False  # progress since the restart
         elif event.kind == "step":
+            if isinstance(step, int):
+                self.train_step = max(self.train_step, step)
             self.last_step_t = event.t
             self._wall_clock_random = False  # progress is visible: back to training time
             if self._restarted:
@@ -111,6 +117,8 @@ class ChaosDriver:
     def _due(self, fault: Fault, elapsed: float) -> bool:
         if fault.at_s is not None:
             return elapsed >= fault.at_s
+        if fault.at_step is not None:
+            return self.train_step >= fault.at_step and not self._recovering
         return (fault.after_ckpt is not None and self.uploads >= fault.after_ckpt
                 and not self._recovering)
 

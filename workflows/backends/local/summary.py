@@ -101,6 +101,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
     lines.extend(_fault_line(f) for f in report["faults"])
     for spec in report.get("chaos_not_fired") or []:
         why = ("too few newer checkpoint steps were uploaded" if spec.endswith("ckpt")
+               else "the training never reported that step" if spec.endswith("step")
                else "its task was not running at that time")
         lines.append(f"fault {spec}: not injected ({why})")
     lines.extend(report.get("chaos_notes") or [])
