@@ -3,7 +3,7 @@
 Mirrors ``resched run --chaos slow:worker_1=F`` on the two-task straggler template
 without the executor around it: two torchruns (``--nnodes 2``, one rank each: two
 emulated nodes), the second one under a token and throttled by the local executor's own
-``Throttle`` (SIGSTOP / SIGCONT duty cycle) from the first training step on. examples/straggler_train.py runs with
+``Throttle`` (SIGSTOP / SIGCONT duty cycle, in its own process as the executor runs it) from the first training step on. examples/straggler_train.py runs with
 ``--report-only`` so every NVRx report's relative ``step`` scores are logged. Optional
 background load: ``--load N`` starts N ``yes > /dev/null`` processes (stopped by their
 pid at the end of each run).
@@ -28,14 +28,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from workflows.backends.local import proctree  # noqa: E402
-from workflows.backends.local.inject import Throttle  # noqa: E402
+from workflows.backends.local.inject import start_throttle  # noqa: E402
 
 SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+)")
 
@@ -69,7 +68,7 @@ def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, floa
             ["sh", "-c", '"$@"; exit $?', "sh", *argv], env={**env, proctree.TOKEN_ENV: token},
             stdout=subprocess.PIPE if node == 0 else subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, text=True, start_new_session=True), token))
-    thread = None
+    throttle: subprocess.Popen[bytes] | None = None
     lines: list[str] = []
     try:
         for _ in range(args.load):
@@ -78,11 +77,9 @@ def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, floa
         assert stdout is not None
         for line in stdout:  # slowed from the first step on, as `slow:TASK=F@1ckpt` does
             lines.append(line)
-            if thread is None and args.factor > 1 and "resched-train: step" in line:
+            if throttle is None and args.factor > 1 and "resched-train: step" in line:
                 top, token = procs[1]
-                thread = threading.Thread(target=Throttle(token, top.pid, args.factor).run,
-                                          daemon=True)
-                thread.start()
+                throttle = start_throttle(token, top.pid, args.factor)  # as the executor does
         procs[0][0].wait(timeout=600)
         procs[1][0].wait(timeout=60)
     finally:
@@ -92,8 +89,8 @@ def one_run(args: argparse.Namespace, index: int) -> list[tuple[int, float, floa
         for proc, token in procs:  # the ranks too: torchrun starts them in their own session
             proctree.kill_all(proc.pid, token)
             proc.wait()
-    if thread is not None:
-        thread.join(timeout=10)
+    if throttle is not None:
+        throttle.wait(timeout=10)  # it ends with the processes it throttled
     return [(int(m.group(1)), float(m.group(2)), float(m.group(3)))
             for m in SCORES.finditer("".join(lines))]
 

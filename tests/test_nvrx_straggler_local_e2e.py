@@ -1,5 +1,5 @@
 """A straggler stop end to end through the local executor: `resched run` on the shipped
-two-task straggler template with ``--chaos slow:worker_1=8``. NVRx flags the slowed
+two-task straggler template with ``--chaos slow:worker_1=8@300step``. NVRx flags the slowed
 task's rank only, the training saves and stops, both wrappers reschedule without that
 task's node, the executor places the task on another emulated node, the run completes
 with the checkpoint carried. Plus the pieces it rests on: the throttle's pause, and
@@ -19,8 +19,12 @@ from workflows.backends.local.inject import MIN_SHARE, Throttle, cpu_share
 
 TEMPLATE = REPO / "templates" / "multi-node-straggler.yaml"
 EXAMPLE = REPO / "examples" / "straggler_train.py"
-STEPS = 3000  # ~3 ms a step: after the first upload (which waits for the start-up), the
-# slowed attempt and the unslowed one after the stop each get several reports (the control)
+STEPS = 3000  # ~3 ms a step: the slowed attempt and the unslowed one after the stop each get
+# several reports (the control)
+SLOW_FROM = 300  # the step the slowing starts at. A step, not the first upload: under load a
+# training that saves every 10 steps outruns the uploads (each sees the folder change and
+# commits nothing) and the first upload came after step 2500 once in CI, too late for two
+# reports before the end. A step is the same point of the training at any load.
 THRESHOLD = 0.4  # the template's straggler_threshold
 CONSECUTIVE = 2  # the template's consecutive_reports
 SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+) stragglers (\[.*\])")
@@ -126,12 +130,13 @@ def test_slowed_task_is_flagged_stopped_and_rescheduled_off_its_node(tmp_path: P
               "--set", "checkpoint_cadence=1s",
               "--set", f"master_port={free_port()}",
               "--set-string", f"upload_location=file://{tmp_path / 'ck'}"]
-    run: LocalRun = run_local(TEMPLATE, *values, "--chaos", "slow:worker_1=8@1ckpt",
+    run: LocalRun = run_local(TEMPLATE, *values, "--chaos", f"slow:worker_1=8@{SLOW_FROM}step",
                               workdir=tmp_path / "work", timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.report["status"] == "COMPLETED"
     (fault,) = run.report["faults"]
-    assert fault["spec"] == "slow:worker_1=8@1ckpt" and fault["decision"] == "RESCHEDULE"
+    assert fault["spec"] == f"slow:worker_1=8@{SLOW_FROM}step" and fault["decision"] == "RESCHEDULE"
+    assert fault["step_before"] >= SLOW_FROM
 
     # NVRx flagged rank 1 (worker_1's node), not rank 0, in the slowed attempt
     slowed_log = run.log("master", pod=0, attempt=1)
