@@ -86,3 +86,57 @@ def test_throttle_slows_the_workload_and_leaves_it_running(tmp_path: Path) -> No
             top.wait()
     thread.join(timeout=10)
     assert not thread.is_alive()  # it ends with the processes it throttled
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2:].split()[0]
+
+
+def _throttles_of(top_pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"workflows.backends.local.throttle" in argv and str(top_pid).encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.e2e
+def test_the_throttle_process_dies_with_the_executor_and_leaves_the_workload_running(
+        tmp_path: Path) -> None:
+    """The executor starts the throttle as a process of its own; when the executor is
+    SIGKILLed mid-cycle, the throttle ends too and never leaves the workload stopped."""
+    top, out = start(tmp_path, "orphaned")
+    try:
+        deadline = time.monotonic() + 30
+        while not count(out):
+            assert time.monotonic() < deadline, "the counter never started"
+            time.sleep(0.05)
+        token = f"slow-test-orphaned-{os.getpid()}"
+        executor = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time\n"
+            "from workflows.backends.local.inject import start_throttle\n"
+            f"start_throttle({token!r}, {top.pid}, 8.0)\n"
+            "time.sleep(60)\n")], env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+        while not _throttles_of(top.pid):
+            assert time.monotonic() < deadline, "no throttle process started"
+            time.sleep(0.05)
+        time.sleep(0.5)  # some duty cycles
+        executor.kill()
+        executor.wait()
+        while _throttles_of(top.pid):
+            assert time.monotonic() < deadline + 30, "the throttle outlived the executor"
+            time.sleep(0.05)
+        workers = [p.pid for p in proctree.task_processes(token).values()]
+        assert workers and all(_state(pid) != "T" for pid in workers)  # none left stopped
+        before = count(out)
+        while count(out) <= before:  # and it runs on
+            assert time.monotonic() < deadline + 60, "the workload stayed stopped"
+            time.sleep(0.05)
+    finally:
+        os.killpg(top.pid, 9)
+        top.wait()
