@@ -16,7 +16,7 @@ from checkpoint_fixtures import checkpoint_cache_dir, read_tree  # noqa: F401
 from wrapper.checkpoint import CheckpointStore
 from wrapper.checkpoint.errors import SnapshotUnstableError
 from wrapper.checkpoint.layouts import TORN_DIR, Layout, inspect_layout, layout_step
-from wrapper.checkpoint.snapshot import checkpoint_step, prepare_snapshot
+from wrapper.checkpoint.snapshot import check_unchanged, checkpoint_step, prepare_snapshot
 
 
 def _w(path: Path, data: bytes | str = b"x") -> None:
@@ -283,3 +283,33 @@ def test_a_pod_that_has_not_saved_yet_uploads_nothing_at_once(tmp_path: Path) ->
         outcome = upload_checkpoint(ck, url, final=final, sleep=slept.append)
         assert outcome.kind is UploadKind.SKIPPED and "nothing to upload yet" in outcome.reason
     assert slept == [] and CheckpointStore(url).list() == []
+
+
+def test_a_save_landing_during_a_publish_of_a_whole_layout_is_the_next_ones(tmp_path: Path) -> None:
+    """A training that saves more often than a publish takes: the next step's files and
+    a relinked last.ckpt appear meanwhile; what the publish read is still the whole
+    checkpoint the layout judged, so it commits. A file it read that changed refuses."""
+    ck = tmp_path / "ck"
+    _w(ck / "epoch=0-step=100.ckpt", _zip_bytes("step 100"))
+    os.symlink("epoch=0-step=100.ckpt", ck / "last.ckpt")  # save_last="link"
+    prepared = prepare_snapshot(ck, layouts=True)
+    assert prepared.whole and prepared.step == 100 and prepared.snapshot.layout_judged
+    _w(ck / "epoch=0-step=200.ckpt", _zip_bytes("step 200"))  # the next save, then its link
+    os.replace(_relink(ck, "epoch=0-step=200.ckpt"), ck / "last.ckpt")
+    check_unchanged(prepared.snapshot)  # no error: not a change to this checkpoint
+    store = CheckpointStore(f"file://{tmp_path}/store")
+    assert store.publish(ck, layouts=True).step == 200  # the next publish takes the new one
+    again = prepare_snapshot(ck, layouts=True)
+    _w(ck / "epoch=0-step=200.ckpt", _zip_bytes("step 200, rewritten in place"))
+    with pytest.raises(SnapshotUnstableError, match="changed while it was published"):
+        check_unchanged(again.snapshot)
+    plain = prepare_snapshot(ck, layouts=False)  # no layout judged it: any new file counts
+    _w(ck / "notes.txt", "new")
+    with pytest.raises(SnapshotUnstableError, match="changed while it was published"):
+        check_unchanged(plain.snapshot)
+
+
+def _relink(folder: Path, target: str) -> Path:
+    link = folder / f".last-{uuid.uuid4().hex}"
+    os.symlink(target, link)
+    return link

@@ -149,6 +149,37 @@ def test_symlink_in_source_is_refused(url: str, tmp_path: Path) -> None:
     assert CheckpointStore(url).list() == []
 
 
+def test_a_link_to_a_file_beside_it_goes_up_as_that_file(url: str, tmp_path: Path) -> None:
+    # Lightning's save_last="link": last.ckpt is a relative link to the newest step file
+    src = tmp_path / "src"
+    write_tree(src, {"epoch=0-step=8.ckpt": b"eight", "sub/a": b"a"})
+    (src / "last.ckpt").symlink_to("epoch=0-step=8.ckpt")
+    (src / "sub" / "up").symlink_to("../sub/../epoch=0-step=8.ckpt")  # resolves inside
+    store = CheckpointStore(url)
+    store.publish(src, step=8)
+    out = tmp_path / "out"
+    store.restore(out)
+    assert (out / "last.ckpt").read_bytes() == b"eight" and not (out / "last.ckpt").is_symlink()
+    assert (out / "sub" / "up").read_bytes() == b"eight"
+    assert os.readlink(src / "last.ckpt") == "epoch=0-step=8.ckpt"  # the source untouched
+
+
+@pytest.mark.parametrize("make", ["outside", "escape", "dangling", "directory", "via-outside"])
+def test_links_that_leave_the_checkpoint_or_name_no_file_are_refused(
+        make: str, tmp_path: Path) -> None:
+    src = _tree(tmp_path / "src", 1, {"w": b"x", "d/f": b"f"})
+    (tmp_path / "secret").write_text("s")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "w").write_text("outside")
+    target = {"outside": str(tmp_path / "secret"), "escape": "../secret", "dangling": "nothing",
+              "directory": "d", "via-outside": "../elsewhere/w"}[make]
+    (src / "link").symlink_to(target)
+    url = f"file://{tmp_path}/store"
+    with pytest.raises(UnsafePathError, match="symlink"):
+        CheckpointStore(url).publish(src)
+    assert CheckpointStore(url).list() == []
+
+
 def test_half_written_checkpoint_is_refused(url: str, tmp_path: Path) -> None:
     src = _tree(tmp_path / "src", 1, {"w": b"x", "opt": b"o"})
     (src / "w").write_bytes(b"y")  # the next checkpoint has begun: w changed, no new marker

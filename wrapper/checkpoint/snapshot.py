@@ -26,7 +26,7 @@ import os
 import stat
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
@@ -85,6 +85,9 @@ class Snapshot:
     directory: Path
     files: tuple[LocalFile, ...]
     selection: Selection = field(default=Selection())
+    # A framework layout judged these files a whole checkpoint: files that appear after
+    # the scan are the next save's, not a change to this one (see check_unchanged).
+    layout_judged: bool = False
 
     @property
     def signature(self) -> frozenset[tuple[str, int, int, int, int]]:
@@ -96,7 +99,8 @@ class Snapshot:
 
 
 def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapshot:
-    """Stat every regular file under ``directory``; refuse symlinks and special files.
+    """Stat every regular file under ``directory``; refuse special files and symlinks,
+    except a link to a regular file inside ``directory`` (taken as a copy of that file).
     Excluded paths are not even looked at (a checkpoint being written may hold anything)."""
     if not directory.is_dir():
         raise CheckpointError(
@@ -134,11 +138,19 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
             except FileNotFoundError:
                 raise SnapshotUnstableError(f"{full} vanished while it was scanned") from None
             if stat.S_ISLNK(st.st_mode):
-                raise UnsafePathError(
-                    f"{full} is a symlink; checkpoints hold regular files only",
-                    fix="replace the link by the file it points to, or move it out of the "
-                    "checkpoint directory",
-                )
+                target = _sibling_target(full, top)
+                if target is None:
+                    raise UnsafePathError(
+                        f"{full} is a symlink to something outside the checkpoint directory "
+                        "(or to no regular file); checkpoints hold regular files only",
+                        fix="replace the link by the file it points to, or move it out of the "
+                        "checkpoint directory",
+                    )
+                if selection.wants(relpath):
+                    if not os.access(target[0], os.R_OK):
+                        raise unreadable(target[0])
+                    found.append(LocalFile(selection.key(relpath), Path(target[0]), target[1]))
+                continue
             if stat.S_ISDIR(st.st_mode):
                 continue
             if not stat.S_ISREG(st.st_mode):
@@ -157,6 +169,26 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
             found.append(LocalFile(selection.key(relpath), Path(full), st))
     found.sort(key=lambda f: f.relpath)
     return Snapshot(directory, tuple(found), selection)
+
+
+def _sibling_target(link: str, top: str) -> tuple[str, os.stat_result] | None:
+    """The regular file a link inside the checkpoint points to, when that file is inside
+    the checkpoint too (Lightning's ``save_last="link"`` makes ``last.ckpt`` such a link
+    to the newest step file); None for anything else, which is refused.
+
+    The link goes up as a copy of that file (the same bytes, so the store keeps them
+    once) and comes back as a regular file: ``fit(ckpt_path="last")`` loads it, and
+    Lightning replaces it by a new link at its next save. Nothing outside the directory
+    is ever read through a link: every link on the way is resolved first."""
+    real = os.path.realpath(link)
+    root = os.path.realpath(top)
+    if os.path.commonpath([real, root]) != root or real == root:
+        return None
+    try:
+        st = os.lstat(real)
+    except OSError:
+        return None
+    return (real, st) if stat.S_ISREG(st.st_mode) else None
 
 
 def unreadable(path: Path | str) -> CheckpointError:
@@ -209,7 +241,21 @@ def check_publishable(snapshot: Snapshot, *, now_ns: int, settle_s: float) -> No
 
 
 def check_unchanged(before: Snapshot) -> None:
-    """Raise SnapshotUnstableError when the directory changed since ``before``."""
+    """Raise SnapshotUnstableError when the directory changed since ``before``.
+
+    For a snapshot a framework layout judged whole, only the files it holds must be
+    unchanged (each file read, re-stated): a training that saves more often than a
+    publish takes adds the next step's files meanwhile, and counting those as a change
+    meant no periodic upload ever committed (a Lightning run saving every 0.1 s: every
+    publish refused). What it read is what was there at the scan, which the layout
+    judged whole; a file of it rewritten, replaced or removed still refuses."""
+    if before.layout_judged:
+        changed = [f.relpath for f in before.files if not _same_file(f)]
+        if changed:
+            raise SnapshotUnstableError(
+                f"{before.directory} changed while it was published ({changed[0]} and "
+                f"{len(changed) - 1} more); nothing was committed")
+        return
     after = take_snapshot(before.directory, before.selection)
     if after.signature != before.signature:
         changed = sorted({s[0] for s in after.signature ^ before.signature})
@@ -217,6 +263,15 @@ def check_unchanged(before: Snapshot) -> None:
             f"{before.directory} changed while it was published ({changed[0]} and "
             f"{len(changed) - 1} more); nothing was committed"
         )
+
+
+def _same_file(file: LocalFile) -> bool:
+    try:
+        now = os.lstat(file.path)
+    except OSError:
+        return False
+    return (now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
+        file.stat.st_ino, file.stat.st_size, file.stat.st_mtime_ns, file.stat.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -296,8 +351,8 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
         return Prepared(payload(snapshot), None, False, first.layout.value,
                         first.reason, first.warnings)
-    return Prepared(payload(snapshot), first.step, True, first.layout.value,
-                    first.reason, first.warnings)
+    return Prepared(payload(replace(snapshot, layout_judged=True)), first.step, True,
+                    first.layout.value, first.reason, first.warnings)
 
 
 def checkpoint_step(directory: Path | None) -> int | None:
