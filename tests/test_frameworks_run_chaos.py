@@ -120,3 +120,4 @@ def test_resched_run_podkill_mid_save_kill_and_term(tmp_path: Path, case: Case) 
     print(f"{case.script}: resumed from {resumed}, exit codes {codes}, "
           f"faults {[(f['spec'], f.get('step_before'), f.get('restored_step'), f.get('lost_steps')) for f in faults]}, "
           "final weights equal")
+    print("\n".join(line for line in run.stderr.splitlines() if "ETTR" in line))
