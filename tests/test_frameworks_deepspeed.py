@@ -40,7 +40,8 @@ ENV = {"DS_ACCELERATOR": "cpu", "FAULT_TERM_UP": "2"}
 def _argv(ck: Path) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
             "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-            str(SCRIPT), "--output-dir", str(ck), "--max-steps", "12", "--save-steps", "4"]
+            str(SCRIPT), "--output-dir", str(ck), "--max-steps", "12", "--save-steps", "4",
+            "--final-dir", str(ck.parent)]
 
 
 @pytest.fixture(scope="module")

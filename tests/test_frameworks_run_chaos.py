@@ -55,15 +55,16 @@ DEEPSPEED = Case("deepspeed", "deepspeed_train.py", r"deepspeed-train: loaded \S
 
 def _training(case: Case, out: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", str(EXAMPLES / case.script), "--output-dir", out, "--max-steps", str(STEPS),
-            "--save-steps", str(EVERY), "--step-time", "0.25"]
+            "2", str(EXAMPLES / case.script), "--output-dir", f"{out}/save", "--max-steps",
+            str(STEPS), "--save-steps", str(EVERY), "--step-time", "0.25", "--final-dir", out]
 
 
 @pytest.mark.parametrize("case", [MEGATRON, DEEPSPEED], ids=["megatron", "deepspeed"])
 def test_resched_run_podkill_mid_save_kill_and_term(tmp_path: Path, case: Case) -> None:
     pytest.importorskip(case.module)
     clean = tmp_path / "clean"
-    done = subprocess.run(_training(case, str(clean / "save")), cwd=REPO,
+    (clean / "save").mkdir(parents=True)
+    done = subprocess.run(_training(case, str(clean)), cwd=REPO,
                           env=child_env(**dict(case.env)), capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -71,7 +72,7 @@ def test_resched_run_podkill_mid_save_kill_and_term(tmp_path: Path, case: Case) 
     store = tmp_path / "store"
     (store / "save").mkdir(parents=True)
     env = "".join(f"\n              {k}: \"{v}\"" for k, v in case.env)
-    training = " ".join(_training(case, "/tmp/run/save"))
+    training = " ".join(_training(case, "/tmp/run"))
     spec = write_workflow(tmp_path, f"""
         workflow:
           name: fw

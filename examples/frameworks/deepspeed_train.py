@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=10)
     parser.add_argument("--zero-stage", type=int, default=1, choices=(1, 2))
     parser.add_argument("--step-time", type=float, default=0.0)
+    parser.add_argument("--final-dir", help="write the final weights there (final.pt)")
     args = parser.parse_args()
     set_log_level_from_string("info")
     deepspeed.init_distributed(dist_backend="gloo")
@@ -60,8 +61,8 @@ def main() -> None:
         time.sleep(args.step_time)
         if step % args.save_steps == 0:
             engine.save_checkpoint(args.output_dir)
-    if rank == 0:  # the final weights, for comparing runs
-        torch.save(engine.module.state_dict(), os.path.join(args.output_dir, "..", "final.pt"))
+    if rank == 0 and args.final_dir:  # the final weights (to compare runs)
+        torch.save(engine.module.state_dict(), os.path.join(args.final_dir, "final.pt"))
     torch.distributed.barrier()
 
 

@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=60, help="--train-iters")
     parser.add_argument("--save-steps", type=int, default=10, help="--save-interval")
     parser.add_argument("--step-time", type=float, default=0.0)
+    parser.add_argument("--final-dir", help="write the final weights there (final-tp<rank>.pt)")
     args = parser.parse_args()
     _cpu_only_shims()
     dist.init_process_group("gloo")
@@ -151,9 +152,9 @@ def main() -> None:
         print("[after training is done]", flush=True)
     if iteration % args.save_steps != 0:  # pretrain's final save
         save_checkpoint(args.output_dir, iteration, model, optimizer)
-    # the final weights, one file per tensor-parallel rank (for comparing runs)
-    rank = parallel_state.get_tensor_model_parallel_rank()
-    torch.save(model.state_dict(), os.path.join(args.output_dir, "..", f"final-tp{rank}.pt"))
+    if args.final_dir:  # one file per tensor-parallel rank (to compare runs)
+        rank = parallel_state.get_tensor_model_parallel_rank()
+        torch.save(model.state_dict(), os.path.join(args.final_dir, f"final-tp{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
