@@ -15,7 +15,13 @@ from checkpoint_fixtures import checkpoint_cache_dir, read_tree  # noqa: F401
 
 from wrapper.checkpoint import CheckpointStore
 from wrapper.checkpoint.errors import SnapshotUnstableError
-from wrapper.checkpoint.layouts import TORN_DIR, Layout, inspect_layout, layout_step
+from wrapper.checkpoint.layouts import (
+    TORN_DIR,
+    Layout,
+    inspect_layout,
+    layout_step,
+    megatron_iteration_whole,
+)
 from wrapper.checkpoint.snapshot import check_unchanged, checkpoint_step, prepare_snapshot
 
 
@@ -29,11 +35,12 @@ def _megatron_iter(root: Path, n: int, *, whole: bool = True, legacy: bool = Fal
     if legacy:
         _w(it / "mp_rank_00" / "model_optim_rng.pt", f"iter {n}")
         return
+    _w(it / "common.pt", f"common {n}")  # megatron.core.dist_checkpointing.save's order
     _w(it / "__0_0.distcp", f"rank0 {n}")
     _w(it / "__1_0.distcp", f"rank1 {n}")
-    _w(it / "common.pt", f"common {n}")
     if whole:
         _w(it / ".metadata", f"meta {n}")
+        _w(it / "metadata.json", '{"sharded_backend": "torch_dist", "sharded_backend_version": 1}')
 
 
 def _zip_bytes(text: str) -> bytes:
@@ -52,6 +59,7 @@ def test_megatron_async_save_resumes_from_the_tracker_not_the_newer_dir(tmp_path
     assert verdict.in_progress == ("iter_0000200",)
     # Even a whole newer dir is not what Megatron resumes from until the tracker says so.
     _w(tmp_path / "iter_0000200" / ".metadata", "meta 200")
+    _w(tmp_path / "iter_0000200" / "metadata.json", '{"sharded_backend": "torch_dist"}')
     assert inspect_layout(tmp_path).step == 100
     _w(tmp_path / "latest_checkpointed_iteration.txt", "200\n")
     assert checkpoint_step(tmp_path) == 200 and inspect_layout(tmp_path).in_progress == ()
@@ -75,6 +83,29 @@ def test_megatron_tracker_naming_a_torn_dir_is_incomplete(tmp_path: Path) -> Non
     assert verdict.complete is False and "iter_0000300" in verdict.reason
 
 
+@pytest.mark.parametrize("config", [None, b"", b'{"sharded_backend": "torch_d'])
+def test_torch_dist_iteration_needs_its_metadata_json_written_last(
+        tmp_path: Path, config: bytes | None) -> None:
+    """megatron.core.dist_checkpointing.save writes metadata.json after .metadata (its
+    metadata_finalize_fn) and load() refuses a folder without a readable one
+    (validation.verify_checkpoint_and_load_strategy): a kill in between is a torn save."""
+    _megatron_iter(tmp_path, 100)
+    _megatron_iter(tmp_path, 200)
+    (tmp_path / "iter_0000200" / "metadata.json").unlink()
+    if config is not None:
+        _w(tmp_path / "iter_0000200" / "metadata.json", config)
+    _w(tmp_path / "latest_checkpointed_iteration.txt", "200")
+    verdict = inspect_layout(tmp_path)
+    assert verdict.complete is False and "iter_0000200" in verdict.in_progress
+    assert not megatron_iteration_whole(tmp_path / "iter_0000200")
+    assert megatron_iteration_whole(tmp_path / "iter_0000100")
+    # a plain torch DCP folder (Megatron's torch_dcp format) has neither file: DCP rule
+    dcp = tmp_path / "dcp" / "iter_0000005"
+    _w(dcp / "__0_0.distcp")
+    _w(dcp / ".metadata", "meta")
+    assert megatron_iteration_whole(dcp)
+
+
 def test_a_restored_copy_with_new_file_times_is_still_whole(tmp_path: Path) -> None:
     _megatron_iter(tmp_path, 7)
     _w(tmp_path / "latest_checkpointed_iteration.txt", "7")
@@ -95,7 +126,7 @@ def test_garbage_tracker_is_one_clear_line_and_falls_back(tmp_path: Path, garbag
     assert "fix:" in verdict.warnings[0]
     # falls back to "unchanged across the upload": everything is uploaded, nothing raises
     prepared = prepare_snapshot(tmp_path)
-    assert prepared.whole and len(prepared.snapshot.files) == 5
+    assert prepared.whole and len(prepared.snapshot.files) == 6
 
 
 def test_tracker_that_is_a_directory_or_huge_is_not_read(tmp_path: Path) -> None:

@@ -39,10 +39,11 @@ def _torn_files(root: Path) -> dict[str, bytes]:
 
 
 def _megatron_iter(root: Path, n: int, *, whole: bool = True) -> None:
-    for name in ("__0_0.distcp", "__1_0.distcp", "common.pt"):
+    for name in ("common.pt", "__0_0.distcp", "__1_0.distcp"):  # dist_checkpointing's order
         _w(root / f"iter_{n:07d}" / name, f"{name} {n}")
     if whole:
         _w(root / f"iter_{n:07d}" / ".metadata", f"meta {n}")
+        _w(root / f"iter_{n:07d}" / "metadata.json", '{"sharded_backend": "torch_dist"}')
 
 
 def test_megatron_tracker_naming_a_torn_iteration_goes_aside_and_names_the_whole_one(

@@ -40,12 +40,15 @@ MEGATRON_WRITER = textwrap.dedent("""
     for it in range(10, 10 * iters + 1, 10):
         d = f"{root}/iter_{it:07d}"
         os.makedirs(d, exist_ok=True)
-        for name in ("__0_0.distcp", "__1_0.distcp", "common.pt", ".metadata"):
+        for name in ("common.pt", "__0_0.distcp", "__1_0.distcp", ".metadata", "metadata.json"):
             with open(f"{d}/{name}", "wb") as f:
-                for _ in range(4):
-                    f.write(f"iter {it} {name} ".encode() * 400)
+                for _ in range(4):  # metadata.json: JSON (dist_checkpointing's config)
+                    f.write(f'{{"iter {it} {name}": 0}}'.encode() if name == "metadata.json"
+                            else f"iter {it} {name} ".encode() * 400)
                     f.flush()
                     time.sleep(0.004)
+                    if name == "metadata.json":
+                        break
             print("file", flush=True)
         time.sleep(0.03)  # async finalize: the tracker comes later
         with open(f"{root}/latest_checkpointed_iteration.txt", "w") as f:
@@ -180,10 +183,11 @@ def test_megatron_async_writer_killed_restores_the_trackers_iteration_whole(
         assert n == int(tracker)  # the newest complete iteration, not an older one
     files = {p: d for p, d in restored.items() if p.startswith(f"iter_{n:07d}/")}
     assert sorted(p.split("/")[1] for p in files) == [
-        ".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt"]
+        ".metadata", "__0_0.distcp", "__1_0.distcp", "common.pt", "metadata.json"]
     for path, data in files.items():  # whole: every file of iteration n, complete
         name = path.split("/")[1]
-        assert data == f"iter {n} {name} ".encode() * 1600, path
+        assert data == (f'{{"iter {n} {name}": 0}}'.encode() if name == "metadata.json"
+                        else f"iter {n} {name} ".encode() * 1600), path
     top = {p.split("/", 1)[0] for p in restored if p.startswith("iter_")}
     assert all(int(t[5:]) <= n for t in top)  # no unfinished newer iteration in view
     torn = {p.split("/", 1)[0] for p in local if p.startswith("iter_")

@@ -27,8 +27,9 @@ MEGATRON_RUN = textwrap.dedent("""
     it = start + 10
     d = os.path.join(root, f"iter_{it:07d}")
     os.makedirs(d, exist_ok=True)
-    for name in ("__0_0.distcp", "common.pt", ".metadata"):
+    for name in ("common.pt", "__0_0.distcp", ".metadata"):
         open(os.path.join(d, name), "w").write(f"iter {it}")
+    open(os.path.join(d, "metadata.json"), "w").write('{"sharded_backend": "torch_dist"}')
     open(tracker, "w").write(str(it))
     if it < 50:
         print("RuntimeError: transient glitch", file=sys.stderr, flush=True)

@@ -23,7 +23,9 @@ def _examples() -> set[str]:
 def test_every_example_named_exists_and_a_test_runs_it() -> None:
     examples = _examples()
     assert {"examples/frameworks/hf_trainer.py", "examples/frameworks/lightning_train.py",
-            "examples/frameworks/dcp_train.py", "examples/frameworks/plain_loop.py"} <= examples
+            "examples/frameworks/dcp_train.py", "examples/frameworks/plain_loop.py",
+            "examples/frameworks/megatron_train.py",
+            "examples/frameworks/deepspeed_train.py"} <= examples
     tests = {p: p.read_text() for p in (REPO / "tests").glob("test_*.py") if p.name != Path(__file__).name}
     for example in examples:
         assert (REPO / example).is_file(), example

@@ -21,7 +21,10 @@ MEGATRON  Megatron-LM / Megatron-Core / Megatron-Bridge (checkpointing.py): fold
           ``iter_{N:07d}/``; ``latest_checkpointed_iteration.txt`` holds N (or
           ``release``) and is written by rank 0 only after every rank finished N (with
           ``--async-save`` in the finalize step, later). Resume reads the tracker only,
-          so a newer ``iter_M/`` is not what training resumes from. A tracker that is
+          so a newer ``iter_M/`` is not what training resumes from. An ``iter_N/`` in
+          the torch_dist format (``common.pt``) is whole with its ``.metadata`` and, written
+          last by ``dist_checkpointing.save``, a readable ``metadata.json`` (without it
+          ``dist_checkpointing.load`` refuses the folder); torch_dcp: the DCP rule. A tracker that is
           not a number makes Megatron exit: we say so in one line and fall back. The
           global non-persistent checkpoints live under ``non_persistent/`` with their own
           tracker; local non-persistent ones live on node-local disk, outside the upload.
@@ -202,14 +205,38 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
 
 
 def _checkpoint_dir_complete(path: Path) -> bool:
-    """A Megatron iteration folder: torch_dist (DCP rule) or legacy mp_rank_*/ files."""
+    """A Megatron iteration folder: torch_dist (dist_checkpointing), torch_dcp (DCP rule)
+    or legacy mp_rank_*/ files."""
     names = _listdir(path)
+    if _DIST_CKPT_COMMON in names or _DIST_CKPT_CONFIG in names:
+        return _dist_checkpointing_complete(path, names)
     if any(n.endswith(".distcp") for n in names) or ".metadata" in names:
         return _dcp_complete(path, names)
     ranks = [n for n in names if n.startswith("mp_rank_") and _is_dir(path / n)]
     if ranks:
         return all(any(f.endswith(".pt") for f in _listdir(path / r)) for r in ranks)
     return any(_is_file(path / n) for n in names)  # e.g. a single model_optim_rng.pt
+
+
+# megatron.core.dist_checkpointing.save (serialization.py, megatron-core 0.16): rank 0
+# writes common.pt first (save_common), the ranks their .distcp, the coordinator .metadata
+# (.metadata.tmp, renamed), and last, in metadata_finalize_fn, rank 0 writes metadata.json
+# (core.save_config). load() refuses a folder without a readable metadata.json
+# (validation.verify_checkpoint_and_load_strategy -> core.maybe_load_config: "is not a
+# distributed checkpoint"), so a torch_dist folder is whole only with both.
+_DIST_CKPT_COMMON = "common.pt"
+_DIST_CKPT_CONFIG = "metadata.json"
+
+
+def _dist_checkpointing_complete(path: Path, names: list[str]) -> bool:
+    if not _dcp_complete(path, names):
+        return False
+    text = _read_small(path / _DIST_CKPT_CONFIG, limit=64 * 1024)
+    try:
+        config = json.loads(text) if text is not None else None
+    except ValueError:
+        return False
+    return isinstance(config, dict)
 
 
 # --- torch.distributed.checkpoint -------------------------------------------------------

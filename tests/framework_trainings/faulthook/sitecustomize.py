@@ -14,6 +14,13 @@ under torchrun, whose RANK equals FAULT_RANK when set):
 - action ``kill``: SIGKILL this process. ``term``: SIGTERM to the wrapper (the process
   FAULT_TERM_UP levels up, default 1), as an orchestrator stopping the pod would, then
   wait for the stop to arrive (a stop during a save when the trigger is inside one).
+  ``podkill``: SIGKILL to the wrapper (FAULT_TERM_UP levels up), then to this process:
+  the pod dies with the save half written and nothing gets to clean up (the executor
+  ends what is left of the task, as a node that dies takes its processes with it).
+- FAULT_DELAY=S: the process stops S seconds where the trigger hit before the action, so
+  that the other ranks run on into what they write next (DeepSpeed's rank 0 writes its
+  files and ``latest`` without waiting for the others: a rank that dies inside its save
+  leaves ``latest`` naming the torn tag).
 """
 
 import os
@@ -54,9 +61,13 @@ def _fire() -> None:
     fd = os.open(os.environ["FAULT_ONCE"], os.O_WRONLY | os.O_CREAT, 0o644)
     os.close(fd)
     action = _SPEC.split(":", 1)[0]
+    time.sleep(float(os.environ.get("FAULT_DELAY", "0")))
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     target = _ancestor(int(os.environ.get("FAULT_TERM_UP", "1")))
+    if action == "podkill":
+        os.kill(target, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
     os.kill(target, signal.SIGTERM)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the relayed stop ends this process
