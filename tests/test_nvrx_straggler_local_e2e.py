@@ -11,6 +11,7 @@ import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,12 @@ SLOW_FROM = 300  # the step the slowing starts at. A step, not the first upload:
 # commits nothing) and the first upload came after step 2500 once in CI, too late for two
 # reports before the end. A step is the same point of the training at any load.
 THRESHOLD = 0.4  # the template's straggler_threshold
-CONSECUTIVE = 2  # the template's consecutive_reports
+# Three reports of 1 s in a row, not the template's two of 0.5 s: on a 2-core machine
+# shared with other test workers (CI runs three), an unslowed rank once scored 0.32 and
+# 0.34 in its first two reports, before any fault: a real NVRx verdict on a noisy
+# machine, which resched handles as it must (a reschedule), but not this test's subject.
+CONSECUTIVE = 3
+REPORT_INTERVAL = 1.0
 SCORES = re.compile(r"report at step (\d+): step scores 0=([0-9.]+) 1=([0-9.]+) stragglers (\[.*\])")
 WARNING = re.compile(r"STRAGGLER DETECTION WARNING.*Affected ranks: \{(.*)\}")
 
@@ -127,30 +133,40 @@ def test_slowed_task_is_flagged_stopped_and_rescheduled_off_its_node(tmp_path: P
     pytest.importorskip("nvidia_resiliency_ext.straggler")
     pytest.importorskip("nvidia.cuda_cupti")
     values = ["--set", f"steps={STEPS}", "--set", "checkpoint_every=10",
-              "--set", "checkpoint_cadence=1s",
+              "--set", "checkpoint_cadence=1s", "--set", f"consecutive_reports={CONSECUTIVE}",
+              "--set", f"report_interval={REPORT_INTERVAL}",
               "--set", f"master_port={free_port()}",
               "--set-string", f"upload_location=file://{tmp_path / 'ck'}"]
+    # a spare reschedule or two: a noisy machine may still flag an unslowed rank (above)
     run: LocalRun = run_local(TEMPLATE, *values, "--chaos", f"slow:worker_1=8@{SLOW_FROM}step",
-                              workdir=tmp_path / "work", timeout=300)
+                              "--max-retry-per-task", "5", workdir=tmp_path / "work", timeout=400)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert run.report["status"] == "COMPLETED"
     (fault,) = run.report["faults"]
     assert fault["spec"] == f"slow:worker_1=8@{SLOW_FROM}step" and fault["decision"] == "RESCHEDULE"
     assert fault["step_before"] >= SLOW_FROM
+    (injected,) = run.events("fault_injected", "worker_1")
+
+    def during(task: str) -> dict[str, Any]:  # the attempt of TASK the fault hit
+        return next(a for a in run.attempts(task)
+                    if a["started_at"] <= injected["t"] <= a["ended_at"])
+
+    slowed, worker = during("master"), during("worker_1")
+    node = worker["wrapper"]["node"]
 
     # NVRx flagged rank 1 (worker_1's node), not rank 0, in the slowed attempt
-    slowed_log = run.log("master", pod=0, attempt=1)
+    slowed_log = run.log("master", pod=slowed["retry_id"], attempt=slowed["attempt"])
     (flagged,) = WARNING.findall(slowed_log)
-    assert flagged == "StragglerId(rank=1, node='local-worker_1-0')"
-    last_two = _scores(slowed_log)[-CONSECUTIVE:]  # under the threshold twice in a row
-    assert all(f == "[1]" and a == 1.0 and b < THRESHOLD for _s, a, b, f in last_two), last_two
-    stop_step = last_two[-1][0]
+    assert flagged == f"StragglerId(rank=1, node='{node}')"
+    last = _scores(slowed_log)[-CONSECUTIVE:]  # under the threshold in consecutive reports
+    assert all(f == "[1]" and a == 1.0 and b < THRESHOLD for _s, a, b, f in last), last
+    stop_step = last[-1][0]
     assert stop_step < STEPS  # it stopped before the end: saved, exit 0, not finished
 
     # the wrapper whose exit the executor saw first decided: reschedule without worker_1's
     # node, no failure budget spent; the other task's wrapper decided the same, unless
     # the executor stopped it first (both ranks stop at once: which task ends first varies)
-    firsts = {task: run.attempts(task)[0] for task in ("master", "worker_1")}
+    firsts = {"master": slowed, "worker_1": worker}
     (trigger,) = [t for t, a in firsts.items() if a["action"] == "RESCHEDULE"]
     for task, attempt in firsts.items():
         wrapper = attempt["wrapper"] or {}
@@ -158,19 +174,22 @@ def test_slowed_task_is_flagged_stopped_and_rescheduled_off_its_node(tmp_path: P
             assert attempt["stopped_by_executor"], attempt
             continue
         assert (wrapper["rule"], wrapper["decision"]) == ("nvrx-straggler-stop", "reschedule")
-        assert wrapper["exclude_nodes"] == ["local-worker_1-0"]
-    record = (run.workdir / "tasks" / trigger / "pod-0" / "outcome-1.json").read_text()
-    assert '"counts_as_failure": false' in record and '"reschedules_left": 2' in record
+        assert wrapper["exclude_nodes"] == [node]
+    ended = firsts[trigger]
+    record = (run.workdir / "tasks" / trigger / f"pod-{ended['retry_id']}"
+              / f"outcome-{ended['attempt']}.json").read_text()
+    assert '"counts_as_failure": false' in record
 
     # worker_1 went to another emulated node, never back to the excluded one
-    later = run.attempts("worker_1")[1:]
-    assert later and all(a["retry_id"] >= 1 for a in later)
-    assert all(a["wrapper"]["node"] != "local-worker_1-0" for a in later)
+    later = [a for a in run.attempts("worker_1") if a["started_at"] > worker["ended_at"]]
+    assert later and all(a["retry_id"] > worker["retry_id"] for a in later)
+    assert all(a["wrapper"]["node"] != node for a in later)
 
     # the checkpoint saved at the stop came back, and the run ended at the same final
     # step with the same weights as an uninterrupted one
-    assert run.events("training_resumed", "master")[-1]["step"] == stop_step
-    staged = [e for e in run.events("inputs_staged", "worker_1") if e["retry_id"] >= 1]
+    resumed = [e for e in run.events("training_resumed", "master") if e["t"] > slowed["ended_at"]]
+    assert resumed and resumed[0]["step"] == stop_step
+    staged = [e for e in run.events("inputs_staged", "worker_1") if e["retry_id"] > worker["retry_id"]]
     assert staged and staged[0]["step"] == stop_step
     example = load_example()
     import torch
@@ -180,9 +199,8 @@ def test_slowed_task_is_flagged_stopped_and_rescheduled_off_its_node(tmp_path: P
         weight = example.update(weight, step)
     assert run.report["final_checksum"] == example.checksum(weight)
 
-    # the control: the unslowed attempt's reports flag nobody twice in a row
+    # the attempt that finished was not slowed and was never told it was a straggler
     final = run.attempts("master")[-1]
+    assert final["started_at"] > injected["t"]
     control_log = run.log("master", pod=final["retry_id"], attempt=final["attempt"])
-    control = _scores(control_log)
-    assert control and not WARNING.search(control_log)
-    assert not any(f != "[]" and g != "[]" for (*_, f), (*_, g) in zip(control, control[1:]))
+    assert _scores(control_log) and not WARNING.search(control_log)
