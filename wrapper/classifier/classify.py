@@ -44,6 +44,7 @@ from wrapper.classifier.success import (
     Finished,
     find_finished,
     last_restart_seq,
+    normal_exit,
     stopped_short,
 )
 from wrapper.classifier.unknown import explain_unknown
@@ -106,6 +107,9 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
     finished = find_finished(rules, hits, expect_finished=evidence.expect_finished,
                              finished=evidence.finished, last_step=evidence.last_step,
                              total_steps=evidence.total_steps)
+    exited = _normal_exit_for_unknown_status(evidence, report, rules, hits, finished)
+    if exited is not None:
+        evidence = replace(evidence, exit_code=0)
     evidence = _with_end_state(evidence, finished)
     facts = gather_facts(evidence, report, hits)
     if not facts.failed:
@@ -138,7 +142,34 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         if facts.failed or facts.hung or decision is not Decision.COMPLETE:
             return _finished_wins(diagnosis, finished, facts, rules, hits)
         return _named_finish(diagnosis, finished)
+    if exited is not None and decision is Decision.COMPLETE and not facts.failed:
+        return _named_exit(diagnosis, exited)
     return _settle(diagnosis, rule, matched, facts)
+
+
+def _normal_exit_for_unknown_status(evidence: Evidence, report: LauncherReport, rules: RuleSet,
+                                    hits: Sequence[LogHit], finished: Finished | None) -> LogHit | None:
+    """A saved log without its exit status whose process reached a normal interpreter exit
+    (a ``marks: exit`` line): it stands for exit 0, and the exit-0 path then decides (an
+    error line of a failure rule in it still makes it a failure, as for a launcher that
+    hid one). Never when anything else says how the run ended: a known status, resched's
+    own flags, a launcher's failure summary, the training's own end (success.py)."""
+    if (evidence.exit_code is not None or evidence.signal is not None or evidence.hung
+            or evidence.stop_signal is not None or evidence.expect_finished or finished is not None
+            or report.root_cause is not None or report.tracker_events):
+        return None
+    return normal_exit(rules, hits)
+
+
+def _named_exit(diagnosis: Diagnosis, exited: LogHit) -> Diagnosis:
+    """Exit status unknown, a normal exit in the log and no error: complete, naming the line."""
+    line = hit_line(exited)
+    return replace(
+        diagnosis, rule_id=exited.rule_id, evidence=diagnosis.evidence[:1] + (line,),
+        hint=(f"The exit status is unknown, but the process reached its normal exit "
+              f"({line.where()}: {line.text[:200]}) and the log shows no error: taken as "
+              f"exit 0. {diagnosis.hint}"),
+        why_won=f"{exited.rule_id} won: exit status unknown, a normal exit and no error line")
 
 
 def _named_finish(diagnosis: Diagnosis, finished: Finished) -> Diagnosis:
