@@ -70,6 +70,20 @@ WARNING_AT_EXIT = ("[rank0]:[W1121 04:00:01.1 ProcessGroupNCCL.cpp:1250] Warning
      "store_based_barrier_key:1 (world_size=16, worker_count=8, timeout=0:30:00)", "rendezvous-timeout", "retry"),
     ("huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub "
      "and we cannot find the requested files in the local cache.", "remote-service-unavailable", "retry"),
+    ("OSError: [Errno 113] No route to host", "python-transient-error", "retry"),
+    # torch.save's writer when the volume fills (caffe2/serialize/inline_container.cc)
+    ("RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 8814208 vs 8814096",
+     "storage-io-error", "retry"),
+    ("RuntimeError: PytorchStreamWriter failed writing file data/12: file write failed", "storage-io-error", "retry"),
+    # kubelet's eviction on a node condition
+    ("  Warning  Evicted  3m  kubelet  The node had condition: [MemoryPressure].", "preempted", "reschedule"),
+    # ---- more of PyTorch's TORCH_CHECKs, cuBLAS's allocation, a model path without the file ----
+    ("RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 64 but got size 32 for tensor number 1 in the list.",
+     "torch-program-error", "abort"),
+    ("RuntimeError: stack expects each tensor to be equal size, but got [3, 224, 224] at entry 0 and [3, 200, 224] at entry 5",
+     "torch-program-error", "abort"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda-oom", "abort"),
+    ("OSError: /ckpt/llama-3-8b does not appear to have a file named config.json.", "config-error", "abort"),
     # ---- launchers' reports of a child's death by a signal ----
     ("[2026-11-21 03:40:00,000] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] exits with return code = -11",
      "signal-death-in-log", "retry"),
