@@ -84,12 +84,21 @@ WARNING_AT_EXIT = ("[rank0]:[W1121 04:00:01.1 ProcessGroupNCCL.cpp:1250] Warning
      "torch-program-error", "abort"),
     ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda-oom", "abort"),
     ("OSError: /ckpt/llama-3-8b does not appear to have a file named config.json.", "config-error", "abort"),
+    ("RuntimeError: Too many open files. Communication with the workers is no longer possible. Please increase "
+     "the limit using `ulimit -n` in the shell", "dataloader-shm-exhausted", "abort"),
+    ("torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised: CompilationError", "torch-program-error", "abort"),
+    ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "cuda-program-error", "abort"),
+    ("terminate called after throwing an instance of 'std::bad_alloc'", "host-oom-kill", "retry"),
     # ---- launchers' reports of a child's death by a signal ----
     ("[2026-11-21 03:40:00,000] [ERROR] [launch.py:321:sigkill_handler] ['python', 'train.py'] exits with return code = -11",
      "signal-death-in-log", "retry"),
     ("Signal 9 (SIGKILL) received by PID 4113", "signal-death-in-log", "retry"),
     ("subprocess.CalledProcessError: Command '['python', 'train.py']' died with <Signals.SIGSEGV: 11>.",
      "signal-death-in-log", "retry"),
+    ("torch.multiprocessing.spawn.ProcessExitedException: process 3 terminated with signal SIGKILL",
+     "signal-death-in-log", "retry"),
+    ("Fatal Python error: Bus error", "signal-death-in-log", "retry"),
+    ("*** SIGSEGV (@0x8) received by PID 4113 (TID 0x7f00) from PID 8; stack trace: ***", "signal-death-in-log", "retry"),
 ])
 def test_source_line_decides(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
@@ -109,6 +118,7 @@ def test_source_line_decides(tmp_path: Path, line: str, rule: str, decision: str
     # a launcher's wrapper of its child's exit says nothing about the program
     ("subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 1.",
      "python-uncaught-exception"),
+    ("torch.multiprocessing.spawn.ProcessRaisedException:", "python-uncaught-exception"),
     # optional probes of libraries the run does without (TensorFlow on a CPU node, an NVML probe)
     ("W tensorflow/stream_executor/platform/default/dso_loader.cc:64] Could not load dynamic library 'libcudart.so.11.0'; "
      "dlerror: libcudart.so.11.0: cannot open shared object file: No such file or directory", "abi-mismatch"),
