@@ -26,6 +26,8 @@ WARNING_AT_EXIT = ("[rank0]:[W1121 04:00:01.1 ProcessGroupNCCL.cpp:1250] Warning
     # a script's own closing line, after log prefixes
     ("2026-11-21 03:59:58,001 - INFO - Training completed in 5.2 hours", "finished-script-line", "complete"),
     ("[12:00:01] Finished training, saving the model", "finished-script-line", "complete"),
+    # ESPnet's Trainer.run after its epoch loop
+    ("2026-11-21 03:59:58,001 (trainer:356) INFO: The training was finished at 70 epochs ", "finished-script-line", "complete"),
     # Ultralytics BaseTrainer
     ("300 epochs completed in 12.345 hours.", "finished-script-line", "complete"),
     # ---- node loss / preemption ----
