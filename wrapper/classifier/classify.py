@@ -44,6 +44,7 @@ from wrapper.classifier.success import (
     Finished,
     find_finished,
     last_restart_seq,
+    normal_exit,
     stopped_short,
 )
 from wrapper.classifier.unknown import explain_unknown
@@ -106,6 +107,20 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
     finished = find_finished(rules, hits, expect_finished=evidence.expect_finished,
                              finished=evidence.finished, last_step=evidence.last_step,
                              total_steps=evidence.total_steps)
+    exited = _normal_exit_for_unknown_status(evidence, report, rules, hits, finished)
+    if exited is not None:
+        # read as exit 0; when the log shows an error after all, the unknown status stays
+        # and the failure is decided as such (no "exit 0" in its words)
+        as_exit_0 = _decide(replace(evidence, exit_code=0), rules, report, hits, finished, exited)
+        if as_exit_0 is not None:
+            return as_exit_0
+    decided = _decide(evidence, rules, report, hits, finished, None)
+    assert decided is not None  # only a normal-exit reading gives up
+    return decided
+
+
+def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Sequence[LogHit],
+            finished: Finished | None, exited: LogHit | None) -> Diagnosis | None:
     evidence = _with_end_state(evidence, finished)
     facts = gather_facts(evidence, report, hits)
     if not facts.failed:
@@ -113,6 +128,8 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         since = last_restart_seq(rules, hits)
         facts = replace(facts, hits_by_rule=_by_rule(h for h in hits if h.seq > since))
         if finished is None and _crash_at_exit_0(rules, facts):
+            if exited is not None:
+                return None
             facts = replace(facts, failed=True, crashed_at_exit_0=True)
     choice = choose(rules, facts)
     rule, matched = choice.winner, choice.matched
@@ -138,7 +155,39 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         if facts.failed or facts.hung or decision is not Decision.COMPLETE:
             return _finished_wins(diagnosis, finished, facts, rules, hits)
         return _named_finish(diagnosis, finished)
+    if exited is not None:
+        diagnosis = _named_exit(diagnosis, exited)
     return _settle(diagnosis, rule, matched, facts)
+
+
+def _normal_exit_for_unknown_status(evidence: Evidence, report: LauncherReport, rules: RuleSet,
+                                    hits: Sequence[LogHit], finished: Finished | None) -> LogHit | None:
+    """A saved log without its exit status whose process reached a normal interpreter exit
+    (a ``marks: exit`` line): it stands for exit 0, and the exit-0 path then decides (an
+    error line of a failure rule in it still makes it a failure, as for a launcher that
+    hid one). Never when anything else says how the run ended: a known status, resched's
+    own flags, a launcher's failure summary, the training's own end (success.py)."""
+    if (evidence.exit_code is not None or evidence.signal is not None or evidence.hung
+            or evidence.stop_signal is not None or evidence.expect_finished or finished is not None
+            or report.root_cause is not None or report.tracker_events):
+        return None
+    return normal_exit(rules, hits)
+
+
+def _named_exit(diagnosis: Diagnosis, exited: LogHit) -> Diagnosis:
+    """Exit status unknown, a normal exit in the log and no error: decided as an exit 0
+    (complete, or a stop when progress names an end not reached); a complete names the line."""
+    line = hit_line(exited)
+    status = "exit status unknown, a normal exit in the log (read as exit 0)"
+    hint = (f"The exit status is unknown, but the process reached its normal exit "
+            f"({line.where()}: {line.text[:200]}) and the log shows no error: read as "
+            f"exit 0. {diagnosis.hint}")
+    evidence = (EvidenceLine(source="status", lineno=0, text=status),) + diagnosis.evidence[1:]
+    if diagnosis.decision is not Decision.COMPLETE:
+        return replace(diagnosis, status=status, evidence=evidence + (line,), hint=hint)
+    return replace(
+        diagnosis, rule_id=exited.rule_id, status=status, evidence=evidence[:1] + (line,), hint=hint,
+        why_won=f"{exited.rule_id} won: exit status unknown, a normal exit and no error line")
 
 
 def _named_finish(diagnosis: Diagnosis, finished: Finished) -> Diagnosis:

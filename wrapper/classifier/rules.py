@@ -36,8 +36,9 @@ _RULE_KEYS = {
     "cites", "marks",
 }
 # What a `marks` rule's line is evidence of (never a failure cause, see wrapper/classifier/success.py):
-# the training finished, or the launcher restarted its workers (a new round began).
-MARKS = ("success", "restart")
+# the training finished, the launcher restarted its workers (a new round began), or the
+# process reached its normal exit (only read when the exit status is unknown).
+MARKS = ("success", "restart", "exit")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
@@ -152,7 +153,7 @@ class Rule:
     trust_exception_type: bool = False
     # where the facts behind the rule come from (URL + which list); table rows add theirs
     cites: tuple[str, ...] = ()
-    # "success" / "restart": the rule marks an event, it is never a failure's cause
+    # "success" / "restart" / "exit": the rule marks an event, it is never a failure's cause
     marks: str | None = None
 
     @property

@@ -59,7 +59,12 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     success_ids = {rule.id for rule in rules.rules if rule.marks == "success"}
     lines = [hit for hit in hits if hit.rule_id in success_ids]
     if lines:
-        hit = max(lines, key=lambda h: h.seq)  # the last round's verdict
+        # the last round's verdict; on one line, the more specific rule (the earlier in
+        # the catalogue: a framework's own line before the generic script line) names it
+        order = {rule.id: i for i, rule in enumerate(rules.rules)}
+        last = max(lines, key=lambda h: h.seq)
+        hit = min((h for h in lines if (h.stream, h.lineno) == (last.stream, last.lineno)),
+                  key=lambda h: order[h.rule_id])
         rule = rules.by_id(hit.rule_id)
         what = rule.hint.rstrip(".") if rule is not None and rule.hint else "an end-of-training line"
         return Finished(hit.rule_id, what[:1].lower() + what[1:], hit)
@@ -76,6 +81,14 @@ def reached_last_step(last_step: int | None, total_steps: int | None) -> bool:
 def stopped_short(last_step: int | None, total_steps: int | None) -> bool:
     """Progress names an end that was not reached."""
     return last_step is not None and total_steps is not None and last_step < total_steps
+
+
+def normal_exit(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
+    """The last line that the process prints only on its way out of a normal interpreter
+    exit (a ``marks: exit`` rule), or None. Read only when the exit status is unknown (a
+    saved log without it): such a line and no error in the log stand for an exit 0."""
+    exit_ids = {rule.id for rule in rules.rules if rule.marks == "exit"}
+    return max((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
 
 
 def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:
