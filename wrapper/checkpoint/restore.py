@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,8 +37,8 @@ from wrapper.checkpoint.layout import (
     read_manifest,
     read_pointer,
 )
-from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
-from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pack, Pointer
+from wrapper.checkpoint.packs import pack_ranges
 from wrapper.checkpoint.publish import _workers_for
 from wrapper.checkpoint.restore_swap import Staging, safe_destination
 from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
@@ -103,35 +104,100 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
     # Torn saves set aside (.resched-torn/) stay in the store: never restored into the
     # training's directory (issue 19); `resched checkpoint list` counts them.
     files = [e for e in manifest.files if not e.path.startswith(TORN_DIR + "/")]
-    for entry in files:  # refuse a link or a file in the way before any byte
-        safe_destination(target, entry.path)
+    if not _is_empty_dir(target):  # refuse a link or a file in the way before any byte
+        for entry in files:
+            safe_destination(target, entry.path)
     staging = Staging(target, {entry.path for entry in files})
     try:
+        root = os.fspath(staging.root)
+        staged = [f"{root}/{entry.path}" for entry in files]
+        folders = sorted(_with_ancestors({os.path.dirname(path) for path in staged}, root))
+        for folder in folders:  # each once, parents first: no mkdir per file
+            os.makedirs(folder, exist_ok=True)
+        single = [e for e in files if e.pack is None]
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
-        for index, entry in enumerate(files):
+        for index, entry in enumerate(single):
             first.setdefault(entry.sha256, index)
 
         def fetch(index: int) -> None:
-            _fetch_one(store, files[index], staging.path(files[index].path), progress)
+            _fetch_one(store, single[index], staging.path(single[index].path), progress)
             crashpoint.reached("restore.after_file")
+
+        def unpack(part: tuple[Pack, list[FileEntry]]) -> None:
+            _stage_packed(store, part[0], part[1], root, progress)
 
         workers = (_workers_for(manifest.total_bytes, len(files))
                    if store.is_local else 4)
+        ranges = pack_ranges([e for e in files if e.pack is not None], manifest.packs)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
-            list(pool.map(fetch, sorted(first.values())))
-        for index, entry in enumerate(files):  # same content again: copy, verified
+            done = [pool.submit(unpack, part) for part in ranges]
+            done += [pool.submit(fetch, index) for index in sorted(first.values())]
+            for future in done:
+                future.result()
+        for index, entry in enumerate(single):  # same content again: copy, verified
             if first[entry.sha256] != index:
-                copy = staging.path(entry.path)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(staging.path(files[first[entry.sha256]].path), copy)
-        staged = [staging.path(entry.path) for entry in files]
-        fsync_files(staged)  # durable before they replace anything
-        for folder in {path.parent for path in staged} | {staging.root}:
-            _fsync_dir(folder)
+                shutil.copyfile(staging.path(single[first[entry.sha256]].path),
+                                staging.path(entry.path))
+        # durable before they replace anything (files, then their folders)
+        fsync_files(staged, folders=folders + [root])
     except BaseException:
         staging.discard()
         raise
     staging.swap()
+
+
+def _with_ancestors(folders: set[str], root: str) -> set[str]:
+    """``folders`` and every folder between them and ``root`` (``root`` left out)."""
+    found: set[str] = set()
+    for folder in folders:
+        while folder != root and folder not in found:
+            found.add(folder)
+            folder = os.path.dirname(folder)
+    return found
+
+
+def _is_empty_dir(target: Path) -> bool:
+    """True when ``target`` is missing or an empty real directory (nothing in the way)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(target).st_mode):
+            return False
+    except FileNotFoundError:
+        return True
+    with os.scandir(target) as entries:
+        return next(entries, None) is None
+
+
+def _stage_packed(store: StoreFS, pack: Pack, part: list[FileEntry], root: str,
+                  progress: Progress | None) -> None:
+    """Write the files of one byte range of one pack into the staging folder ``root``:
+    the range is read once; each file is hashed from memory and written only if its
+    sha256 matches the manifest (else this checkpoint is unusable)."""
+    start, end = part[0].offset, max(e.offset + e.size for e in part)
+    try:
+        data = store.retry.call(
+            lambda: store.read_range(blob_key(pack.sha256), start, end, pack.size),
+            what=f"read pack {pack.sha256[:12]} for {part[0].path}")
+    except StoreOperationError as error:
+        raise _Unusable(f"{part[0].path}: {error}") from None
+    if len(data) != end - start:
+        raise _Unusable(f"pack {pack.sha256[:12]} holds fewer bytes than its manifest says "
+                        f"({part[0].path})")
+    view = memoryview(data)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for entry in part:
+        chunk = view[entry.offset - start:entry.offset - start + entry.size]
+        if hashlib.sha256(chunk).hexdigest() != entry.sha256:
+            raise _Unusable(f"{entry.path} does not match its manifest (its bytes in pack "
+                            f"{pack.sha256[:12]} hash differently)")
+        fd = os.open(f"{root}/{entry.path}", flags, 0o644)
+        try:
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+        finally:
+            os.close(fd)
+        if progress:
+            progress(entry.size)
+        crashpoint.reached("restore.after_file")
 
 
 def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None) -> None:
@@ -203,29 +269,91 @@ def _torn_sets(store: StoreFS, ref: CheckpointRef) -> tuple[str, ...]:
 
 def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyResult:
     """Check every committed checkpoint: manifest intact, every blob present and hashing
-    to its name (each distinct blob is read once)."""
+    to its name (each distinct blob is read once); every pack present with its size, and
+    each file in it hashing to the sha256 its entry records."""
     pointer = read_pointer(store) or Pointer(())
     present = {sha: size for key, size in store.list_files(OBJECTS).items()
                if (sha := blob_sha(key))}
-    verdicts: dict[str, str | None] = {}
-    checks = [_check(store, ref, present, verdicts, progress) for ref in pointer.checkpoints]
-    referenced = set(verdicts)
+    verdicts = _Verdicts(store, present, progress)
+    checks = [_check(store, ref, verdicts) for ref in pointer.checkpoints]
     return VerifyResult(redact(store.url), tuple(checks),
-                        orphan_blobs=len(set(present) - referenced))
+                        orphan_blobs=len(set(present) - verdicts.referenced))
 
 
-def _check(store: StoreFS, ref: CheckpointRef, present: dict[str, int],
-           verdicts: dict[str, str | None], progress: Progress | None) -> CheckpointCheck:
+class _Verdicts:
+    """What is wrong with each blob and each packed file (None: nothing), each checked once."""
+
+    def __init__(self, store: StoreFS, present: dict[str, int], progress: Progress | None
+                 ) -> None:
+        self.store, self.present, self.progress = store, present, progress
+        self.blobs: dict[str, str | None] = {}
+        self.slices: dict[tuple[str, int, int, str], str | None] = {}
+
+    @property
+    def referenced(self) -> set[str]:
+        return set(self.blobs) | {pack for pack, _, _, _ in self.slices}
+
+    def single(self, entry: FileEntry) -> str | None:
+        if entry.sha256 not in self.blobs:
+            self.blobs[entry.sha256] = _blob_problem(self.store, entry, self.present,
+                                                     self.progress)
+        return self.blobs[entry.sha256]
+
+    def packed(self, pack: Pack, entries: list[FileEntry]) -> list[str | None]:
+        keys = [(pack.sha256, e.offset, e.size, e.sha256) for e in entries]
+        if any(key not in self.slices for key in keys):
+            problem = self._pack_problem(pack)
+            data = self._read(pack) if problem is None else b""
+            if problem is None and isinstance(data, str):
+                problem = data
+            for key, entry in zip(keys, entries):
+                if problem is not None:
+                    self.slices[key] = problem
+                    continue
+                chunk = data[entry.offset:entry.offset + entry.size]
+                actual = hashlib.sha256(chunk).hexdigest()
+                self.slices[key] = None if actual == entry.sha256 else \
+                    f"its bytes in pack {pack.sha256[:12]} hash to {actual[:12]}"
+        return [self.slices[key] for key in keys]
+
+    def _pack_problem(self, pack: Pack) -> str | None:
+        if pack.sha256 not in self.present:
+            return f"pack {pack.sha256[:12]} missing"
+        if self.present[pack.sha256] != pack.size:
+            return (f"pack {pack.sha256[:12]} has {self.present[pack.sha256]} bytes, "
+                    f"manifest says {pack.size}")
+        return None
+
+    def _read(self, pack: Pack) -> bytes | str:
+        try:
+            data = self.store.retry.call(
+                lambda: self.store.read_range(blob_key(pack.sha256), 0, pack.size, pack.size),
+                what=f"read pack {pack.sha256[:12]}")
+        except StoreOperationError as error:
+            return str(error)
+        if self.progress:
+            self.progress(len(data))
+        return data
+
+
+def _check(store: StoreFS, ref: CheckpointRef, verdicts: _Verdicts) -> CheckpointCheck:
     try:
         manifest = read_manifest(store, ref)
     except CheckpointError as error:
         return CheckpointCheck(ref.checkpoint_id, ref.step, False, (str(error),))
     problems = []
     for entry in manifest.files:
-        if entry.sha256 not in verdicts:
-            verdicts[entry.sha256] = _blob_problem(store, entry, present, progress)
-        if verdicts[entry.sha256]:
-            problems.append(f"{entry.path}: {verdicts[entry.sha256]}")
+        if entry.pack is None and (problem := verdicts.single(entry)):
+            problems.append(f"{entry.path}: {problem}")
+    by_pack: dict[str, list[FileEntry]] = {}
+    for entry in manifest.files:
+        if entry.pack is not None:
+            by_pack.setdefault(entry.pack, []).append(entry)
+    for pack in manifest.packs:  # each pack read once, whole
+        part = by_pack.get(pack.sha256, [])
+        for entry, problem in zip(part, verdicts.packed(pack, part)):
+            if problem:
+                problems.append(f"{entry.path}: {problem}")
     return CheckpointCheck(ref.checkpoint_id, ref.step, not problems, tuple(problems))
 
 
