@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from wrapper.checkpoint import CheckpointStore, mark_complete  # noqa: E402
 from wrapper.checkpoint.crashpoint import STEPS  # noqa: E402
+from wrapper.checkpoint.packs import PACK_MIN_FILES, PACKED_MAX  # noqa: E402
 
 PUBLISH_STEPS = tuple(s for s in STEPS if s.split(".")[0] in ("publish", "commit", "gc"))
 RESTORE_STEPS = tuple(s for s in STEPS if s.startswith("restore."))
@@ -78,6 +79,11 @@ class Row:
 def _version(root: Path, step: int) -> dict[str, bytes]:
     files = {f"shard{i}.bin": f"step {step} shard {i} ".encode() + os.urandom(3000)
              for i in range(6)}
+    # one file over PACKED_MAX (its own blob: publish.after_blob) beside small files
+    # packed together (publish.after_pack), some of them the same in every version
+    files["shard0.bin"] += os.urandom(PACKED_MAX)
+    files.update({f"small/s{i:02d}.json": f'{{"step": {step if i % 2 else 0}, "i": {i}}}'.encode()
+                  for i in range(PACK_MIN_FILES)})
     files["common.bin"] = b"shared by every version" * 50
     files[f"only{step}/extra.bin"] = os.urandom(700)
     for relpath, data in files.items():

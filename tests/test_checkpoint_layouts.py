@@ -212,8 +212,13 @@ def torn_in_store(store: CheckpointStore) -> dict[str, bytes]:
     pointer = read_pointer(fs)
     assert pointer is not None and pointer.checkpoints
     manifest = read_manifest(fs, pointer.checkpoints[0])
-    return {e.path: fs.read_bytes(blob_key(e.sha256)) for e in manifest.files
-            if e.path.startswith(TORN_DIR + "/")}
+
+    def content(entry):  # type: ignore[no-untyped-def]  # a single blob, or a slice of its pack
+        if entry.pack is None:
+            return fs.read_bytes(blob_key(entry.sha256))
+        return (fs.read_bytes(blob_key(entry.pack)) or b"")[entry.offset:entry.offset + entry.size]
+
+    return {e.path: content(e) for e in manifest.files if e.path.startswith(TORN_DIR + "/")}
 
 
 def test_running_upload_leaves_out_the_save_under_way_final_keeps_it_aside(

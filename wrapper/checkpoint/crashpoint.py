@@ -23,6 +23,7 @@ STEPS: tuple[str, ...] = (
     "publish.after_lease",         # writer lease held, nothing written
     "publish.after_identity",      # the store identity written (first publish)
     "publish.after_blob",          # one new blob written (repeat with #N)
+    "publish.after_pack",          # one new pack of small files written (repeat with #N)
     "publish.after_blobs",         # every new blob written, not yet fsynced
     "publish.after_fsync",         # blobs durable
     "publish.after_manifest",      # the manifest written, `latest` not moved

@@ -69,6 +69,8 @@ class HashCache:
         return entry[1]
 
     def put(self, relpath: str, st: os.stat_result, sha256: str, hashed_at_ns: int) -> None:
+        if not self._enabled:
+            return  # never saved, never read: 100k entries would only cost time
         self._entries[relpath] = [stat_key(st), sha256, hashed_at_ns]
         self._dirty = True
 

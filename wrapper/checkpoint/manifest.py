@@ -1,7 +1,10 @@
 """Manifests and the ``latest`` pointer: the two small JSON documents of a store.
 
 A manifest lists one checkpoint's files (relative path, size, sha256) plus its step,
-time and producer. The pointer is the single source of truth of which checkpoints are
+time and producer. A small file may live in a pack (format 2): a blob that holds many
+small files one after the other; its entry then also names the pack and the offset.
+Format 1 (every file its own blob) is still read, and still written when a checkpoint
+uses no pack, so older resched versions keep reading such stores. The pointer is the single source of truth of which checkpoints are
 complete: it names the newest one and keeps the list of the last K complete ones, each
 with the sha256 of its manifest bytes, so a damaged manifest is detected before use.
 """
@@ -18,16 +21,31 @@ from typing import Any
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
 from wrapper.checkpoint.marker import MARKER_NAME
 
-FORMAT = "resched-checkpoint/1"
+FORMAT = "resched-checkpoint/1"  # the pointer's, and manifests without packs
+PACKED_FORMAT = "resched-checkpoint/2"  # manifests with packs (a "packs" list)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _ID = re.compile(r"^[0-9A-Za-z._-]{1,120}$")
+_BAD_PARTS = frozenset(("", ".", ".."))
 
 
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative, "/"-separated, checked by safe_relpath
     size: int
+    sha256: str  # of the file's own bytes, packed or not
+    pack: str | None = None  # the sha256 of the pack blob holding it; None: its own blob
+    offset: int = 0  # where its bytes start in the pack
+
+    @property
+    def blob(self) -> str:
+        """The blob that holds this file's bytes."""
+        return self.pack or self.sha256
+
+
+@dataclass(frozen=True)
+class Pack:
     sha256: str
+    size: int
 
 
 @dataclass(frozen=True)
@@ -44,27 +62,42 @@ class Manifest:
     time: float
     producer: Producer
     files: tuple[FileEntry, ...]
+    packs: tuple[Pack, ...] = ()  # every pack a file entry names, each once
 
     @property
     def total_bytes(self) -> int:
         return sum(entry.size for entry in self.files)
 
+    def blobs(self) -> dict[str, int]:
+        """sha256 -> size of every blob this checkpoint needs (single files and packs)."""
+        found = {e.sha256: e.size for e in self.files if e.pack is None}
+        found.update((pack.sha256, pack.size) for pack in self.packs)
+        return found
+
     def same_content(self, other: Manifest) -> bool:
-        """Same step and files. The marker's bytes do not count: a restore re-stamps its
-        file list, and that alone must not make a new checkpoint of the same step."""
-        def body(m: Manifest) -> tuple[FileEntry, ...]:
-            return tuple(e for e in m.files if e.path != MARKER_NAME)
+        """Same step and files (path, size, sha256: where the bytes are stored does not
+        matter). The marker's bytes do not count: a restore re-stamps its file list, and
+        that alone must not make a new checkpoint of the same step."""
+        def body(m: Manifest) -> tuple[tuple[str, int, str], ...]:
+            return tuple((e.path, e.size, e.sha256) for e in m.files if e.path != MARKER_NAME)
         return self.step == other.step and body(self) == body(other)
 
     def to_bytes(self) -> bytes:
-        data = {
-            "format": FORMAT,
+        data: dict[str, Any] = {
+            "format": PACKED_FORMAT if self.packs else FORMAT,
             "id": self.checkpoint_id,
             "step": self.step,
             "time": self.time,
             "producer": vars(self.producer),
-            "files": [[e.path, e.size, e.sha256] for e in self.files],
         }
+        if self.packs:
+            index = {pack.sha256: number for number, pack in enumerate(self.packs)}
+            data["packs"] = [[pack.sha256, pack.size] for pack in self.packs]
+            data["files"] = [[e.path, e.size, e.sha256] if e.pack is None else
+                             [e.path, e.size, e.sha256, index[e.pack], e.offset]
+                             for e in self.files]
+        else:
+            data["files"] = [[e.path, e.size, e.sha256] for e in self.files]
         try:
             return json.dumps(data, ensure_ascii=False, indent=0).encode()
         except UnicodeEncodeError:
@@ -74,10 +107,11 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, raw: bytes, *, where: str) -> Manifest:
-        data = _load_json(raw, where)
+        data = _load_json(raw, where, (FORMAT, PACKED_FORMAT))
         try:
             producer = data.get("producer") or {}
-            files = tuple(_entry(item, where) for item in data["files"])
+            packs = _packs(data, where)
+            files = tuple(_entry(item, packs, where) for item in data["files"])
             manifest = cls(
                 checkpoint_id=_checked_id(data["id"], where),
                 step=_optional_step(data.get("step"), where),
@@ -88,6 +122,7 @@ class Manifest:
                     str(producer.get("version", "?")),
                 ),
                 files=files,
+                packs=packs,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CheckpointError(f"manifest is malformed ({error})", where=where) from None
@@ -163,7 +198,7 @@ def safe_relpath(path: object, *, where: str) -> str:
         "\x00" in path
         or "\\" in path
         or path.startswith("/")
-        or any(part in ("", ".", "..") for part in path.split("/"))
+        or not _BAD_PARTS.isdisjoint(path.split("/"))
     )
     if bad:
         raise UnsafePathError(
@@ -185,20 +220,50 @@ def check_tree(entries: tuple[FileEntry, ...], *, where: str) -> None:
     paths = {entry.path for entry in entries}
     if len(paths) != len(entries):
         raise UnsafePathError("manifest lists a path twice", where=where)
-    for entry in entries:
-        parts = entry.path.split("/")
-        for depth in range(1, len(parts)):
-            if "/".join(parts[:depth]) in paths:
-                raise UnsafePathError(
-                    f"path {entry.path!r} lies under a file of the same manifest", where=where
-                )
+    # every folder a path lies in, each folder once (100k files share a few folders)
+    parents = {entry.path.rpartition("/")[0] for entry in entries} - {""}
+    folders: set[str] = set()
+    for parent in parents:
+        while parent and parent not in folders:
+            folders.add(parent)
+            parent = parent.rpartition("/")[0]
+    clash = folders & paths
+    if clash:
+        inside = next(e.path for e in entries if e.path.startswith(min(clash) + "/"))
+        raise UnsafePathError(f"path {inside!r} lies under a file of the same manifest",
+                              where=where)
 
 
-def _entry(item: Any, where: str) -> FileEntry:
-    path, size, sha = item
-    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-        raise ValueError(f"bad size {size!r} for {path!r}")
-    return FileEntry(safe_relpath(path, where=where), size, _checked_sha(sha, where))
+def _packs(data: dict[str, Any], where: str) -> tuple[Pack, ...]:
+    if data["format"] == FORMAT:
+        return ()  # format 1 has no packs (a "packs" key there is not ours to trust)
+    packs = tuple(Pack(_checked_sha(sha, where), _count(size, "pack size"))
+                  for sha, size in data["packs"])
+    if len({pack.sha256 for pack in packs}) != len(packs):
+        raise ValueError("a pack is listed twice")
+    return packs
+
+
+def _entry(item: Any, packs: tuple[Pack, ...], where: str) -> FileEntry:
+    if len(item) == 3:
+        path, size, sha = item
+        return FileEntry(safe_relpath(path, where=where), _count(size, f"size of {path!r}"),
+                         _checked_sha(sha, where))
+    path, size, sha, index, offset = item  # format 2: packed
+    if not packs or isinstance(index, bool) or not isinstance(index, int) \
+            or not 0 <= index < len(packs):
+        raise ValueError(f"{path!r} names no pack of this manifest")
+    size, offset = _count(size, f"size of {path!r}"), _count(offset, f"offset of {path!r}")
+    if offset + size > packs[index].size:
+        raise ValueError(f"{path!r} lies beyond the end of its pack")
+    return FileEntry(safe_relpath(path, where=where), size, _checked_sha(sha, where),
+                     packs[index].sha256, offset)
+
+
+def _count(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"bad {what} {value!r}")
+    return value
 
 
 def _checked_sha(value: object, where: str) -> str:
@@ -221,11 +286,12 @@ def _optional_step(value: object, where: str) -> int | None:
     return value
 
 
-def _load_json(raw: bytes, where: str) -> dict[str, Any]:
+def _load_json(raw: bytes, where: str, formats: tuple[str, ...] = (FORMAT,)) -> dict[str, Any]:
     try:
         data = json.loads(raw)
     except ValueError as error:
         raise CheckpointError(f"not valid JSON ({error})", where=where) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointError(f"not a {FORMAT} document", where=where)
+    if not isinstance(data, dict) or data.get("format") not in formats:
+        raise CheckpointError(f"not a {' or '.join(formats)} document", where=where,
+                              fix="a newer resched may have written it: upgrade resched")
     return data

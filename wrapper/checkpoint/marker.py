@@ -63,24 +63,36 @@ def restamp_marker(directory: str | Path) -> None:
     """Re-record the file list of an existing marker (after a verified restore wrote the
     same files anew: new inodes and times, same content). Keeps step and time."""
     data = marker_data(directory)
-    if data is not None and read_marker(directory) is not None:
-        _write_marker(Path(directory), {"step": data["step"], "time": data.get("time")})
+    step = data.get("step") if data else None
+    if data is not None and not isinstance(step, bool) and isinstance(step, int) and step >= 0:
+        _write_marker(Path(directory), {"step": step, "time": data.get("time")})
 
 
 def checkpoint_files(folder: Path) -> dict[str, list[int]]:
     """relative path -> [size, mtime_ns, inode] of every file the marker covers."""
     found: dict[str, list[int]] = {}
-    for root, dirs, names in os.walk(folder):
-        base = Path(root)
-        if base == folder:
-            dirs[:] = [d for d in dirs if d != STATE_DIR and not is_restore_leftover(d)]
-        for name in names:
-            if TEMP_TAG in name or (base == folder and (name == MARKER_NAME
-                                                        or is_restore_leftover(name))):
+    # string paths and scandir: a Path per file cost seconds for 100k files
+    pending = [(os.fspath(folder), "")]
+    while pending:
+        root, prefix = pending.pop()
+        at_top = not prefix
+        try:
+            entries = list(os.scandir(root))
+        except OSError:
+            continue  # as os.walk: a folder that cannot be listed is left out
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if not (at_top and (name == STATE_DIR or is_restore_leftover(name))):
+                    pending.append((entry.path, f"{prefix}{name}/"))
                 continue
-            st = os.lstat(base / name)
-            relpath = (base / name).relative_to(folder).as_posix()
-            found[relpath] = [st.st_size, st.st_mtime_ns, st.st_ino]
+            if entry.is_symlink() and entry.is_dir():
+                continue  # as os.walk: a link to a folder is neither listed nor entered
+            if TEMP_TAG in name or (at_top and (name == MARKER_NAME
+                                                or is_restore_leftover(name))):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            found[prefix + name] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return found
 
 

@@ -8,6 +8,7 @@ of objects no committed manifest references.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -33,9 +34,10 @@ from wrapper.checkpoint.layout import (
     read_pointer,
 )
 from wrapper.checkpoint.lease import WriterLease, writer_lease
-from wrapper.checkpoint.manifest import FileEntry, Manifest, Pointer, manifest_ref
+from wrapper.checkpoint.manifest import FileEntry, Manifest, Pack, Pointer, manifest_ref
 from wrapper.checkpoint.marker import MARKER_NAME, STATE_DIR
 from wrapper.checkpoint.ownership import check_owned, is_own_temp, write_identity
+from wrapper.checkpoint.packs import PACK_MIN_FILES, PACKED_MAX, PackBuilder, read_batches
 from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.retry import StoreOperationError
 from wrapper.checkpoint.snapshot import LocalFile, Snapshot, check_unchanged
@@ -55,7 +57,15 @@ class StoreState:
     pointer_etag: str | None = None  # the version of `latest` this state was read from
 
     def committed_blobs(self) -> dict[str, int]:
-        return {e.sha256: e.size for m in self.manifests for e in m.files}
+        """sha256 -> size of every blob (single file or pack) a committed manifest names."""
+        found: dict[str, int] = {}
+        for manifest in self.manifests:
+            found.update(manifest.blobs())
+        return found
+
+    def committed_slices(self) -> dict[str, FileEntry]:
+        """file sha256 -> a committed packed entry holding those bytes."""
+        return {e.sha256: e for m in self.manifests for e in m.files if e.pack is not None}
 
 
 def load_state(store: StoreFS) -> StoreState:
@@ -98,7 +108,7 @@ def publish_snapshot(store: StoreFS, snapshot: Snapshot, *, step: int | None, re
             fsync_files(uploads.written)  # blobs durable before a manifest names them
             crashpoint.reached("publish.after_fsync")
             manifest = Manifest(new_checkpoint_id(step, wall_clock()), step, wall_clock(),
-                                producer(), entries)
+                                producer(), entries, uploads.packs_of(entries))
             latest = state.pointer.latest
             previous = next((m for m in state.manifests[:1]
                              if latest and m.checkpoint_id == latest.checkpoint_id), None)
@@ -209,6 +219,10 @@ class _Uploads:
         # publish may hold bytes that changed during its upload, or, on a local disk after
         # a crash, bytes that never reached it (blobs are fsynced just before the manifest).
         self.trusted = {sha: size for sha, size in present.items() if committed.get(sha) == size}
+        # a small file whose bytes lie in a trusted committed pack is not sent again
+        self.slices = {sha: entry for sha, entry in state.committed_slices().items()
+                       if entry.pack in self.trusted}
+        self.pack_sizes = dict(self.trusted)  # sha256 -> size of every pack entries may name
         self.written: list[Path] = []
         self.sent: dict[str, None] = {}  # claimed blobs, in order (a set was a list: O(n^2))
         self.sent_files = self.sent_bytes = 0
@@ -216,17 +230,83 @@ class _Uploads:
         self._last_refresh = time.monotonic()
 
     def run(self, files: tuple[LocalFile, ...]) -> tuple[FileEntry, ...]:
-        # Local: two files at a time (each is a kernel copy plus a hashing thread);
+        # Local: two large files at a time (each is a kernel copy plus a hashing thread);
         # object stores: four uploads in flight. On the first failure the files not yet
         # started are cancelled (a full disk fails fast instead of once per file).
-        workers = (_workers_for(sum(f.stat.st_size for f in files), len(files))
+        small = [f for f in files if 0 < f.stat.st_size <= PACKED_MAX]
+        if len(small) < PACK_MIN_FILES:
+            small = []  # a few small files: one blob each (format 1)
+        packed = {f.relpath for f in small}
+        large = [f for f in files if f.relpath not in packed]
+        workers = (_workers_for(sum(f.stat.st_size for f in large), len(large))
                    if self.store.is_local else 4)
+        if small:  # reading small files is mostly Python: more threads only fight for the GIL
+            workers = max(2, workers if large else 0)
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-put")
         try:
-            futures = [pool.submit(self._one, file) for file in files]
-            return tuple(future.result() for future in futures)
+            futures = [pool.submit(self._one, file) for file in large]
+            entries = {entry.path: entry for entry in self._pack(small, pool)}
+            entries.update((future.result().path, future.result()) for future in futures)
+            return tuple(entries[file.relpath] for file in files)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _pack(self, small: list[LocalFile], pool: ThreadPoolExecutor) -> list[FileEntry]:
+        """Small files: read and hashed in batches on ``pool``, new contents concatenated
+        into packs here (packs.py); contents the store or this publish already holds are
+        referenced where they lie."""
+        if not small:
+            return []
+        builder = PackBuilder(self._send_pack)
+        reused: list[FileEntry] = []
+        trusted, slices, placed = self.trusted, self.slices, builder.placed
+        for file, sha, data, hashed_at in read_batches(pool, small, self._known):
+            size = file.stat.st_size
+            if data is not None:
+                self.cache.put(file.relpath, file.stat, sha, hashed_at)
+            if trusted.get(sha) == size:  # the store holds it as a single blob
+                reused.append(FileEntry(file.relpath, size, sha))
+            elif (where := slices.get(sha) or placed.get(sha)) is not None:
+                reused.append(FileEntry(file.relpath, size, sha, where.pack, where.offset))
+            elif data is None:  # cannot happen: _known only answers for stored content
+                raise SnapshotUnstableError(f"{file.full}: content not found in the store")
+            else:
+                builder.add(file.relpath, sha, data)
+            self._tick(size)
+        builder.close_pack()
+        return reused + builder.entries
+
+    def _stored(self, sha: str, size: int) -> bool:
+        """Whether the store already holds these bytes: a trusted single blob or a slice
+        of a trusted pack."""
+        return self.trusted.get(sha) == size or sha in self.slices
+
+    def _known(self, file: LocalFile) -> str | None:
+        sha = self.cache.get(file.relpath, file.stat)
+        if sha is not None and self._stored(sha, file.stat.st_size):
+            return sha
+        return None
+
+    def _send_pack(self, data: bytes, count: int) -> str:
+        """Store one pack (unless the store holds these very bytes) and return its sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        self.pack_sizes[sha] = len(data)
+        if self._provided(sha, len(data)):
+            return sha
+        blob = self.store.write_blob(blob_key(sha), data)
+        if blob is not None:
+            with self._count_lock:
+                self.written.append(blob)
+        crashpoint.reached("publish.after_pack")
+        with self._count_lock:
+            self.sent_files += count
+            self.sent_bytes += len(data)
+        return sha
+
+    def packs_of(self, entries: tuple[FileEntry, ...]) -> tuple[Pack, ...]:
+        """The packs ``entries`` name, each once, in order of first use."""
+        named = dict.fromkeys(e.pack for e in entries if e.pack is not None)
+        return tuple(Pack(sha, self.pack_sizes[sha]) for sha in named if sha is not None)
 
     def _one(self, file: LocalFile) -> FileEntry:
         try:
@@ -333,7 +413,7 @@ def collect_garbage(store: StoreFS, kept_ids: set[str], kept: tuple[Manifest, ..
                 store.delete(key)
     if not gc_safe:
         return deleted_manifests, 0
-    referenced = {e.sha256 for m in kept for e in m.files}
+    referenced = {sha for m in kept for sha in m.blobs()}  # single files and packs
     deleted_blobs = 0
     for key in store.list_files(OBJECTS):
         sha = blob_sha(key)

@@ -1,4 +1,4 @@
-"""Restore the newest complete checkpoint that verifies; verify and list a store.
+"""Restore the newest complete checkpoint that verifies; list a store (verify.py checks it).
 
 Every file of a checkpoint is downloaded into a private staging folder while its sha256
 is computed; only when EVERY file matched its manifest is the staged tree swapped into
@@ -12,16 +12,15 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from wrapper.checkpoint import crashpoint
 from wrapper.checkpoint.errors import CheckpointError, UnsafePathError
 from wrapper.checkpoint.hashing import (
-    CHUNK,
     SMALL_FILE,
     copy_and_digest,
     copy_hashing,
@@ -29,22 +28,20 @@ from wrapper.checkpoint.hashing import (
     stat_key,
 )
 from wrapper.checkpoint.layout import (
-    OBJECTS,
     blob_key,
-    blob_sha,
     manifest_ids,
     read_manifest,
     read_pointer,
 )
-from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pointer
-from wrapper.checkpoint.marker import _fsync_dir
+from wrapper.checkpoint.layouts import TORN_DIR
+from wrapper.checkpoint.manifest import CheckpointRef, FileEntry, Manifest, Pack, Pointer
+from wrapper.checkpoint.packs import pack_ranges
 from wrapper.checkpoint.publish import _workers_for
 from wrapper.checkpoint.restore_swap import Staging, safe_destination
-from wrapper.checkpoint.results import CheckpointCheck, CheckpointInfo, RestoreResult, VerifyResult
+from wrapper.checkpoint.results import CheckpointInfo, RestoreResult
 from wrapper.checkpoint.retry import StoreOperationError
-from wrapper.checkpoint.layouts import TORN_DIR
-from wrapper.redact import redact
 from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
+from wrapper.redact import redact
 
 Progress = Callable[[int], None]
 
@@ -103,35 +100,103 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
     # Torn saves set aside (.resched-torn/) stay in the store: never restored into the
     # training's directory (issue 19); `resched checkpoint list` counts them.
     files = [e for e in manifest.files if not e.path.startswith(TORN_DIR + "/")]
-    for entry in files:  # refuse a link or a file in the way before any byte
-        safe_destination(target, entry.path)
+    if not _is_empty_dir(target):  # refuse a link or a file in the way before any byte
+        for entry in files:
+            safe_destination(target, entry.path)
     staging = Staging(target, {entry.path for entry in files})
     try:
+        root = os.fspath(staging.root)
+        staged = [f"{root}/{entry.path}" for entry in files]
+        folders = sorted(_with_ancestors({os.path.dirname(path) for path in staged}, root))
+        for folder in folders:  # each once, parents first: no mkdir per file
+            os.makedirs(folder, exist_ok=True)
+        single = [e for e in files if e.pack is None]
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
-        for index, entry in enumerate(files):
+        for index, entry in enumerate(single):
             first.setdefault(entry.sha256, index)
 
         def fetch(index: int) -> None:
-            _fetch_one(store, files[index], staging.path(files[index].path), progress)
+            _fetch_one(store, single[index], staging.path(single[index].path), progress)
             crashpoint.reached("restore.after_file")
+
+        def unpack(part: tuple[Pack, list[FileEntry]]) -> None:
+            _stage_packed(store, part[0], part[1], root, progress)
 
         workers = (_workers_for(manifest.total_bytes, len(files))
                    if store.is_local else 4)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get") as pool:
-            list(pool.map(fetch, sorted(first.values())))
-        for index, entry in enumerate(files):  # same content again: copy, verified
+        ranges = pack_ranges([e for e in files if e.pack is not None], manifest.packs)
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get")
+        try:
+            done = [pool.submit(unpack, part) for part in ranges]
+            done += [pool.submit(fetch, index) for index in sorted(first.values())]
+            for future in done:
+                future.result()
+        finally:  # a damaged file stops the tasks not yet started; the rest end first
+            pool.shutdown(wait=True, cancel_futures=True)
+        for index, entry in enumerate(single):  # same content again: copy, verified
             if first[entry.sha256] != index:
-                copy = staging.path(entry.path)
-                copy.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(staging.path(files[first[entry.sha256]].path), copy)
-        staged = [staging.path(entry.path) for entry in files]
-        fsync_files(staged)  # durable before they replace anything
-        for folder in {path.parent for path in staged} | {staging.root}:
-            _fsync_dir(folder)
+                shutil.copyfile(staging.path(single[first[entry.sha256]].path),
+                                staging.path(entry.path))
+        # durable before they replace anything (files, then their folders)
+        fsync_files(staged, folders=folders + [root])
     except BaseException:
         staging.discard()
         raise
     staging.swap()
+
+
+def _with_ancestors(folders: set[str], root: str) -> set[str]:
+    """``folders`` and every folder between them and ``root`` (``root`` left out)."""
+    found: set[str] = set()
+    for folder in folders:
+        while folder != root and folder not in found:
+            found.add(folder)
+            folder = os.path.dirname(folder)
+    return found
+
+
+def _is_empty_dir(target: Path) -> bool:
+    """True when ``target`` is missing or an empty real directory (nothing in the way)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(target).st_mode):
+            return False
+    except FileNotFoundError:
+        return True
+    with os.scandir(target) as entries:
+        return next(entries, None) is None
+
+
+def _stage_packed(store: StoreFS, pack: Pack, part: list[FileEntry], root: str,
+                  progress: Progress | None) -> None:
+    """Write the files of one byte range of one pack into the staging folder ``root``:
+    the range is read once; each file is hashed from memory and written only if its
+    sha256 matches the manifest (else this checkpoint is unusable)."""
+    start, end = part[0].offset, max(e.offset + e.size for e in part)
+    try:
+        data = store.retry.call(
+            lambda: store.read_range(blob_key(pack.sha256), start, end, pack.size),
+            what=f"read pack {pack.sha256[:12]} for {part[0].path}")
+    except StoreOperationError as error:
+        raise _Unusable(f"{part[0].path}: {error}") from None
+    if len(data) != end - start:
+        raise _Unusable(f"pack {pack.sha256[:12]} holds fewer bytes than its manifest says "
+                        f"({part[0].path})")
+    view = memoryview(data)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for entry in part:
+        chunk = view[entry.offset - start:entry.offset - start + entry.size]
+        if hashlib.sha256(chunk).hexdigest() != entry.sha256:
+            raise _Unusable(f"{entry.path} does not match its manifest (its bytes in pack "
+                            f"{pack.sha256[:12]} hash differently)")
+        fd = os.open(f"{root}/{entry.path}", flags, 0o644)
+        try:
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+        finally:
+            os.close(fd)
+        if progress:
+            progress(entry.size)
+        crashpoint.reached("restore.after_file")
 
 
 def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None) -> None:
@@ -199,59 +264,3 @@ def _torn_sets(store: StoreFS, ref: CheckpointRef) -> tuple[str, ...]:
         return ()
     return tuple(sorted({"/".join(e.path.split("/", 2)[:2]) for e in manifest.files
                          if e.path.startswith(TORN_DIR + "/") and e.path.count("/") >= 2}))
-
-
-def verify_store(store: StoreFS, *, progress: Progress | None = None) -> VerifyResult:
-    """Check every committed checkpoint: manifest intact, every blob present and hashing
-    to its name (each distinct blob is read once)."""
-    pointer = read_pointer(store) or Pointer(())
-    present = {sha: size for key, size in store.list_files(OBJECTS).items()
-               if (sha := blob_sha(key))}
-    verdicts: dict[str, str | None] = {}
-    checks = [_check(store, ref, present, verdicts, progress) for ref in pointer.checkpoints]
-    referenced = set(verdicts)
-    return VerifyResult(redact(store.url), tuple(checks),
-                        orphan_blobs=len(set(present) - referenced))
-
-
-def _check(store: StoreFS, ref: CheckpointRef, present: dict[str, int],
-           verdicts: dict[str, str | None], progress: Progress | None) -> CheckpointCheck:
-    try:
-        manifest = read_manifest(store, ref)
-    except CheckpointError as error:
-        return CheckpointCheck(ref.checkpoint_id, ref.step, False, (str(error),))
-    problems = []
-    for entry in manifest.files:
-        if entry.sha256 not in verdicts:
-            verdicts[entry.sha256] = _blob_problem(store, entry, present, progress)
-        if verdicts[entry.sha256]:
-            problems.append(f"{entry.path}: {verdicts[entry.sha256]}")
-    return CheckpointCheck(ref.checkpoint_id, ref.step, not problems, tuple(problems))
-
-
-def _blob_problem(store: StoreFS, entry: FileEntry, present: dict[str, int],
-                  progress: Progress | None) -> str | None:
-    if entry.sha256 not in present:
-        return "blob missing"
-    if present[entry.sha256] != entry.size:
-        return f"blob has {present[entry.sha256]} bytes, manifest says {entry.size}"
-
-    def digest() -> str:
-        hasher = hashlib.sha256()
-        if store.is_local:  # the same safe open as restore: a link is never "verified"
-            fd = store.open_blob(blob_key(entry.sha256), entry.size)
-            handle: Any = os.fdopen(fd, "rb", buffering=0)
-        else:
-            handle = store.open_read(blob_key(entry.sha256))
-        with handle:
-            while chunk := handle.read(CHUNK):
-                hasher.update(chunk)
-                if progress:
-                    progress(len(chunk))
-        return hasher.hexdigest()
-
-    try:
-        actual = store.retry.call(digest, what=f"read blob of {entry.path}")
-    except StoreOperationError as error:
-        return str(error)
-    return None if actual == entry.sha256 else f"blob content hashes to {actual[:12]}"

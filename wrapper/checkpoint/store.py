@@ -12,12 +12,13 @@ from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.hashing import HashCache
 from wrapper.checkpoint.layout import read_pointer
 from wrapper.checkpoint.publish import publish_snapshot
-from wrapper.checkpoint.restore import list_checkpoints, restore_latest, verify_store
+from wrapper.checkpoint.restore import list_checkpoints, restore_latest
 from wrapper.checkpoint.restore_swap import heal
 from wrapper.checkpoint.results import CheckpointInfo, PublishResult, RestoreResult, VerifyResult
 from wrapper.checkpoint.retry import RetryPolicy, StoreOperationError
 from wrapper.checkpoint.snapshot import prepare_snapshot
 from wrapper.checkpoint.storefs import StoreFS
+from wrapper.checkpoint.verify import verify_store
 from wrapper.redact import register_url_secrets
 
 Progress = Callable[[int], None]

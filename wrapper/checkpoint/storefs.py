@@ -17,12 +17,18 @@ import stat
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import SMALL_FILE, copy_and_digest, copy_small, stat_key
+from wrapper.checkpoint.hashing import (
+    SMALL_FILE,
+    copy_and_digest,
+    copy_small,
+    start_writeback,
+    stat_key,
+)
 from wrapper.checkpoint.marker import _fsync_dir
 from wrapper.checkpoint.retry import RetryPolicy
 from wrapper.redact import redact, register_url_secrets
@@ -287,6 +293,57 @@ class StoreFS:
             if not renamed:
                 tmp.unlink(missing_ok=True)
 
+    def write_blob(self, relkey: str, data: bytes) -> Path | None:
+        """Store ``data`` (a pack) under ``relkey``: one PUT on object stores; locally a
+        temp file renamed into place, returned so that the caller fsyncs it with the
+        other new blobs before the manifest is written (None on object stores)."""
+        if not self.is_local:
+            self.retry.call(lambda: self.fs.pipe_file(self.key(relkey), data),
+                            what=f"write {self.key(relkey)}")
+            return None
+
+        def write() -> Path:
+            target = self.local_path(relkey)
+            if target.parent not in self._made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                self._made.add(target.parent)
+            tmp = target.parent.parent / f"{TEMP_TAG}{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    start_writeback(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            return target
+        return self.retry.call(write, what=f"write {self.key(relkey)}")
+
+    def read_range(self, relkey: str, start: int, end: int, size: int) -> bytes:
+        """Bytes ``[start, end)`` of the blob ``relkey`` of ``size`` bytes (a pack): one
+        ranged GET on object stores; locally the same safe open as :meth:`open_blob`
+        (no link, a regular file of exactly ``size`` bytes, unchanged while read)."""
+        if not self.is_local:
+            return self.fs.cat_file(self.key(relkey), start=start, end=end)
+        fd = self.open_blob(relkey, size)
+        try:
+            before = os.fstat(fd)
+            data = os.pread(fd, end - start, start)
+            while len(data) < end - start:
+                more = os.pread(fd, end - start - len(data), start + len(data))
+                if not more:
+                    break
+                data += more
+            if stat_key(os.fstat(fd)) != stat_key(before):
+                raise UnsafeBlobError(f"{self.key(relkey)} changed while it was read")
+            return data
+        finally:
+            os.close(fd)
+
     def open_blob(self, relkey: str, size: int) -> int:
         """A read-only fd of a local store's blob, opened safely: no link followed below
         the store root (each folder opened O_NOFOLLOW relative to its parent), only a
@@ -434,18 +491,23 @@ def _write_local_atomic(path: Path, data: bytes) -> None:
 SYNCFS_FROM = 256
 
 
-def fsync_files(paths: list[Path]) -> None:
-    """Make written files and their directory entries durable."""
+def fsync_files(paths: Sequence[str | os.PathLike[str]],
+                folders: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Make written files, their directory entries and ``folders`` durable."""
     if len(paths) >= SYNCFS_FROM and _syncfs_all(paths):
         return
     for path in paths:
-        with open(path, "rb") as handle:
-            os.fsync(handle.fileno())
-    for folder in {path.parent for path in paths}:
-        _fsync_dir(folder)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for folder in {os.path.dirname(os.fspath(path)) for path in paths} | {
+            os.fspath(folder) for folder in folders}:
+        _fsync_dir(Path(folder))
 
 
-def _syncfs_all(paths: list[Path]) -> bool:
+def _syncfs_all(paths: Sequence[str | os.PathLike[str]]) -> bool:
     """syncfs(2) once per filesystem the files live on (Linux); False where it is not
     available, and the caller fsyncs file by file."""
     if not sys.platform.startswith("linux"):
@@ -457,15 +519,15 @@ def _syncfs_all(paths: list[Path]) -> bool:
         syncfs = libc.syncfs
     except (OSError, AttributeError):
         return False
-    devices: dict[int, Path] = {}
-    for path in paths:
-        devices.setdefault(os.lstat(path).st_dev, path)
-    for path in devices.values():
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    devices: dict[int, str] = {}
+    for folder in {os.path.dirname(os.fspath(path)) for path in paths}:  # a stat per folder
+        devices.setdefault(os.lstat(folder).st_dev, folder)
+    for folder in devices.values():
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             if syncfs(fd) != 0:
                 code = ctypes.get_errno()
-                raise OSError(code, os.strerror(code), str(path.parent))
+                raise OSError(code, os.strerror(code), folder)
         finally:
             os.close(fd)
     return True
