@@ -164,7 +164,7 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
                 if selection.wants(relpath):
                     if not os.access(target[0], os.R_OK):
                         raise unreadable(target[0])
-                    found.append(LocalFile(selection.key(relpath), Path(target[0]), target[1]))
+                    found.append(LocalFile(selection.key(relpath), target[0], target[1]))
                 continue
             if stat.S_ISDIR(st.st_mode):
                 continue
