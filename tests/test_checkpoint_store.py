@@ -164,6 +164,19 @@ def test_a_link_to_a_file_beside_it_goes_up_as_that_file(url: str, tmp_path: Pat
     assert os.readlink(src / "last.ckpt") == "epoch=0-step=8.ckpt"  # the source untouched
 
 
+def test_a_marked_checkpoint_with_a_link_beside_its_file_is_publishable(tmp_path: Path) -> None:
+    # the marker records what the publish reads for such a link: its target's stat
+    src = tmp_path / "src"
+    write_tree(src, {"epoch=0-step=8.ckpt": b"eight"})
+    (src / "last.ckpt").symlink_to("epoch=0-step=8.ckpt")
+    mark_complete(src, 8)
+    store = CheckpointStore(f"file://{tmp_path}/store")
+    assert store.publish(src).step == 8
+    (src / "epoch=0-step=8.ckpt").write_bytes(b"rewritten")  # the target changed
+    with pytest.raises(SnapshotUnstableError, match="differ from the completion marker"):
+        store.publish(src)
+
+
 @pytest.mark.parametrize("make", ["outside", "escape", "dangling", "directory", "via-outside"])
 def test_links_that_leave_the_checkpoint_or_name_no_file_are_refused(
         make: str, tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from wrapper.checkpoint.links import sibling_target
+
 MARKER_NAME = "resched-complete.json"
 STATE_DIR = ".resched"
 TEMP_TAG = ".resched-tmp-"
@@ -92,6 +94,9 @@ def checkpoint_files(folder: Path) -> dict[str, list[int]]:
                                                 or is_restore_leftover(name))):
                 continue
             st = entry.stat(follow_symlinks=False)
+            if entry.is_symlink():  # a link to a file beside it is published as that file
+                target = sibling_target(entry.path, os.fspath(folder))
+                st = target[1] if target is not None else st
             found[prefix + name] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return found
 

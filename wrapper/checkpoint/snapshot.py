@@ -32,6 +32,7 @@ from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
 from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, inspect_layout
+from wrapper.checkpoint.links import sibling_target
 from wrapper.checkpoint.marker import (
     MARKER_NAME,
     RESTORE_JOURNAL,
@@ -153,7 +154,7 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
             except FileNotFoundError:
                 raise SnapshotUnstableError(f"{full} vanished while it was scanned") from None
             if stat.S_ISLNK(st.st_mode):
-                target = _sibling_target(full, top)
+                target = sibling_target(full, top)
                 if target is None:
                     raise UnsafePathError(
                         f"{full} is a symlink to something outside the checkpoint directory "
@@ -184,26 +185,6 @@ def take_snapshot(directory: Path, selection: Selection = Selection()) -> Snapsh
             found.append(LocalFile(selection.key(relpath), full, st))
     found.sort(key=lambda f: f.relpath)
     return Snapshot(directory, tuple(found), selection)
-
-
-def _sibling_target(link: str, top: str) -> tuple[str, os.stat_result] | None:
-    """The regular file a link inside the checkpoint points to, when that file is inside
-    the checkpoint too (Lightning's ``save_last="link"`` makes ``last.ckpt`` such a link
-    to the newest step file); None for anything else, which is refused.
-
-    The link goes up as a copy of that file (the same bytes, so the store keeps them
-    once) and comes back as a regular file: ``fit(ckpt_path="last")`` loads it, and
-    Lightning replaces it by a new link at its next save. Nothing outside the directory
-    is ever read through a link: every link on the way is resolved first."""
-    real = os.path.realpath(link)
-    root = os.path.realpath(top)
-    if os.path.commonpath([real, root]) != root or real == root:
-        return None
-    try:
-        st = os.lstat(real)
-    except OSError:
-        return None
-    return (real, st) if stat.S_ISREG(st.st_mode) else None
 
 
 def unreadable(path: Path | str) -> CheckpointError:
