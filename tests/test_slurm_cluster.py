@@ -40,12 +40,23 @@ TINY_TRAIN = textwrap.dedent(
     start = read_marker(ck) or 0
     print(f"tiny-train: start at step {start} on {os.environ['RESCHED_NODE']}", flush=True)
     fail_once = pathlib.Path(os.environ.get("FAIL_ONCE", "/nonexistent/x"))
+    # SIGTERM (the stop signal the wrapper forwards) ends the run at a step boundary, as
+    # a real training's handler does: killed between state.txt and its marker, the
+    # folder was torn (state of step N+1, marker of N) and the final upload rightly kept
+    # the store's older checkpoint (seen once in CI: resumed at 2, not >= 5).
+    stop = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.append(signum))
     for step in range(start + 1, int(os.environ["STEPS"]) + 1):
-        time.sleep(float(os.environ["STEP_TIME"]))
+        if not stop:
+            time.sleep(float(os.environ["STEP_TIME"]))
         (ck / "state.tmp").write_text(str(step))
         os.replace(ck / "state.tmp", ck / "state.txt")
         mark_complete(ck, step)
         print(f"tiny-train: step {step}", flush=True)
+        if stop:  # saved: now die of the signal, as the wrapper expects of a stop
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(60)
         if step == int(os.environ.get("FAIL_AT", "0")) and not fail_once.exists():
             fail_once.write_text("failed once")
             print("tiny-train: exit 16 (Megatron: rerun on another node)", flush=True)
