@@ -247,14 +247,10 @@ def check_unchanged(before: Snapshot) -> None:
     judged whole; a file of it rewritten, replaced or removed still refuses."""
     if before.layout_judged:
         changed = [f.relpath for f in before.files if not _same_file(f)]
-        if changed:
-            raise SnapshotUnstableError(
-                f"{before.directory} changed while it was published ({changed[0]} and "
-                f"{len(changed) - 1} more); nothing was committed")
-        return
-    after = take_snapshot(before.directory, before.selection)
-    if after.signature != before.signature:
+    else:
+        after = take_snapshot(before.directory, before.selection)
         changed = sorted({s[0] for s in after.signature ^ before.signature})
+    if changed:
         raise SnapshotUnstableError(
             f"{before.directory} changed while it was published ({changed[0]} and "
             f"{len(changed) - 1} more); nothing was committed"
@@ -263,11 +259,10 @@ def check_unchanged(before: Snapshot) -> None:
 
 def _same_file(file: LocalFile) -> bool:
     try:
-        now = os.lstat(file.path)
+        now = os.lstat(file.full)
     except OSError:
         return False
-    return (now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (
-        file.stat.st_ino, file.stat.st_size, file.stat.st_mtime_ns, file.stat.st_ctime_ns)
+    return (now.st_ino, now.st_size, now.st_mtime_ns, now.st_ctime_ns) == file.signature[1:]
 
 
 @dataclass(frozen=True)
