@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wrapper.classifier.launcher_logs import strip_ansi
+from wrapper.classifier.line_prefix import search
 from wrapper.classifier.prefilter import ENGINE_ENV, HyperscanPrefilter, Prefilter, block_form, make_prefilter
 from wrapper.classifier.rules import RuleSet, load_rules
 from wrapper.classifier.scanner import LineScanner
@@ -30,7 +31,9 @@ HOSTILE = load_rules([TESTS / "fixtures" / "rules" / "hostile-engine-rules.yaml"
 
 
 def reference_hits(rules: RuleSet, text: str) -> list[tuple[str, int, str]]:
-    """Every (rule, line number, line) a naive scan finds; line numbers count "\\n"."""
+    """Every (rule, line number, line) a naive scan finds; line numbers count "\\n".
+    A pattern anchored at ``^`` also matches after the line's launcher / logger prefixes
+    (line_prefix.search, the classifier's one definition of a match)."""
     out = []
     lines = text.split("\n")
     if text.endswith("\n"):
@@ -38,7 +41,7 @@ def reference_hits(rules: RuleSet, text: str) -> list[tuple[str, int, str]]:
     for lineno, line in enumerate(lines, 1):
         line = strip_ansi(line).rstrip("\r")
         for rule in rules.rules:
-            if any(p.search(line) for p in rule.patterns):
+            if any(search(p, line) for p in rule.patterns):
                 out.append((rule.id, lineno, line))
     return out
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from wrapper.classifier.classify import Diagnosis, Evidence, EvidenceLine, format_diagnosis
 from wrapper.classifier.output_watch import OutputWatch
-from wrapper.classifier.rules import RuleSet, RulesError, load_rules
+from wrapper.classifier.rules import RulesError, RuleSet, load_rules
 from wrapper.classifier.scanner import LineScanner
 from wrapper.classifier.verdict import classify_artifacts, judge, judge_mapping
 

@@ -24,8 +24,8 @@ from wrapper.classifier.launcher_logs import (
     error_file_text_lines,
     recover,
 )
+from wrapper.classifier.line_prefix import warning_level
 from wrapper.classifier.precedence import (
-    WARNING_LINE,
     Facts,
     catch_all,
     choose,
@@ -233,7 +233,7 @@ def _crash_at_exit_0(rules: RuleSet, facts: Facts) -> bool:
             continue
         if rule_matches(rule, trial):
             hit = first_hit(rule, trial)
-            if hit is not None and not WARNING_LINE.match(hit.text):
+            if hit is not None and not warning_level(hit.text):
                 return True
     return False
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from wrapper.launchers import IN_JOB_RESTART
 from wrapper.classifier.nvrx_watch import NvrxWatch
+from wrapper.launchers import IN_JOB_RESTART
 from wrapper.stop_outcome import StepTracker
 
 

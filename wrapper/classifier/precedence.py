@@ -8,12 +8,12 @@ matched and why it stands where it does (``resched classify --explain``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wrapper.classifier.diagnosis import Evidence, EvidenceLine, RuleMatch
 from wrapper.classifier.launcher_logs import LauncherReport
+from wrapper.classifier.line_prefix import search, warning_level
 from wrapper.classifier.rules import CATALOGUE_PATH, Escalation, Match, Rule, RuleSet
 from wrapper.classifier.scanner import LogHit
 from wrapper.decision import Decision
@@ -77,7 +77,7 @@ def gather_facts(evidence: Evidence, report: LauncherReport, hits: Sequence[LogH
 
 
 def _block_hits(block: Match, hits: Sequence[LogHit]) -> list[LogHit]:
-    return [h for h in hits if any(p.search(h.text) for p in block.patterns)]
+    return [h for h in hits if any(search(p, h.text) for p in block.patterns)]
 
 
 def _block_matches(block: Match, facts: Facts, rule_id: str) -> bool:
@@ -127,8 +127,6 @@ _FALLBACK_SUCCESS = Rule(
 )
 
 
-WARNING_LINE = re.compile(
-    r"^(?:\[[^\]]*\]:?\s*)*(?:\[?[WI]\d{4} |\[?(?:WARNING|INFO)\b|(?:\w+)?Warning: )")
 
 
 def first_hit(rule: Rule, facts: Facts) -> LogHit | None:
@@ -137,7 +135,7 @@ def first_hit(rule: Rule, facts: Facts) -> LogHit | None:
     for block in rule.matches:
         if block.patterns and _block_matches(block, facts, rule.id):
             found.extend(_block_hits(block, facts.hits_by_rule.get(rule.id, ())))
-    errors = [h for h in found if not WARNING_LINE.match(h.text)]
+    errors = [h for h in found if not warning_level(h.text)]
     # a rule's error-level line speaks for it before its warning-level ones
     return min(errors or found, key=lambda h: h.seq) if found else None
 
@@ -182,7 +180,7 @@ def _primary_order(rule: Rule, index: int, facts: Facts,
         return (2, (index, 0), index, "a node / hardware fault: it outranks the errors it causes")
     if hit is None:
         return (3, (2, 0), index, "matched on an error file's exception type only")
-    warning = bool(WARNING_LINE.match(hit.text))
+    warning = warning_level(hit.text)
     level = "a warning-level line" if warning else "an error line"
     return (3, (1 if warning else 0, events.get(rule.id, hit.seq)), index,
             f"earliest root-class error wins: {level} at {hit_line(hit).where()}")

@@ -22,8 +22,8 @@ from typing import Any
 from wrapper import yamlsafe
 from wrapper.decision import DECISIONS, Decision
 from wrapper.errors import ReschedError
-from wrapper.regex_engine import UnsafePattern, user_pattern
 from wrapper.inputfile import InputFileError, read_input_text
+from wrapper.regex_engine import UnsafePattern, user_pattern
 
 __all__ = ["DECISIONS", "Decision", "Escalation", "Match", "Rule", "RuleSet", "RulesError",
            "load_rule_file", "load_rules", "parse_signal"]

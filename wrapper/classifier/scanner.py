@@ -5,8 +5,10 @@ prefilter rejects the ordinary line with one C-level search, and ``feed_text`` r
 over a whole block (Hyperscan when installed, else a literal-anchor regex: see
 wrapper/classifier/prefilter.py); only lines it proposes are tested rule by rule with ``re``, so
 the engine never changes which rule matched or where. ANSI colour
-codes are removed before matching. Hits are kept per rule (the first and the last
-few), so a flood of cascade lines can never push the root cause out.
+codes are removed before matching. A pattern anchored at the start of the message
+(``^``) is also tried after the launcher / logger prefixes of the line (line_prefix.py:
+``[rank0]:``, Ray's ``(Worker pid=9)``, timestamps...). Hits are kept per rule (the
+first and the last few), so a flood of cascade lines can never push the root cause out.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wrapper.classifier.launcher_logs import strip_ansi
+from wrapper.classifier.line_prefix import anchored, unanchored, without_prefix
 from wrapper.classifier.prefilter import make_prefilter
 
 if TYPE_CHECKING:
@@ -48,10 +51,14 @@ def _window(text: str, start: int) -> str:
 
 class LineScanner:
     def __init__(self, rules: RuleSet) -> None:
-        self._rules: list[tuple[str, tuple[re.Pattern[str], ...]]] = [
-            (rule.id, rule.patterns) for rule in rules.rules if rule.patterns
+        self._rules: list[tuple[str, tuple[re.Pattern[str], ...], tuple[re.Pattern[str], ...]]] = [
+            (rule.id, rule.patterns, tuple(p for p in rule.patterns if anchored(p)))
+            for rule in rules.rules if rule.patterns
         ]
-        self._prefilter = make_prefilter([p for _, patterns in self._rules for p in patterns])
+        # the prefilter must propose a prefixed line to an anchored pattern: it gets the
+        # pattern without its "^" (a superset of its matches, so it stays sound)
+        self._prefilter = make_prefilter([unanchored(p) for _, patterns, _ in self._rules
+                                          for p in patterns])
         self._any_patterns = bool(self._rules)
         self._may_match = self._prefilter.may_match
         self._lines: dict[str, int] = {}
@@ -110,11 +117,19 @@ class LineScanner:
 
     def _match_line(self, line: str, stream: str, lineno: int) -> LogHit | None:
         first: LogHit | None = None
-        for rule_id, patterns in self._rules:
+        rest: str | None | bool = False  # the line without its prefixes, computed once
+        for rule_id, patterns, at_start in self._rules:
             found = next((m for m in (p.search(line) for p in patterns) if m is not None), None)
+            at = 0 if found is None else found.start()
+            if found is None and at_start:
+                if rest is False:
+                    rest = without_prefix(line)
+                if isinstance(rest, str):
+                    found = next((m for m in (p.search(rest) for p in at_start) if m is not None), None)
+                    at = 0 if found is None else len(line) - len(rest) + found.start()
             if found is not None:
                 hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno,
-                             text=_window(line, found.start()), seq=self._seq,
+                             text=_window(line, at), seq=self._seq,
                              after_byte=self._after_byte.get(stream))
                 self._seq += 1
                 self._store(hit)

@@ -12,16 +12,13 @@ from wrapper.classifier.launcher_logs import SummaryBlock, strip_ansi
 from wrapper.classifier.precedence import catch_all
 from wrapper.classifier.rules import RuleSet
 
-
 _ERRORISH = re.compile(
     r"error|fail|fatal|exception|abort|killed|terminat|denied|refused|timed? ?out|"
     r"cannot|could not|unable|segmentation|core dumped|\bnan\b|\binf\b|xid", re.IGNORECASE)
 _UNKNOWN_EVIDENCE_LINES = 5
 _WORD = re.compile(r"[a-z][a-z0-9]{3,}")
 _STOP_WORDS = frozenset(
-    "this that with from have were will when then than into only same your rule rules "
-    "retried retry reschedule rescheduled abort aborted again node error errors failed "
-    "failure the and for not".split())
+    ["this", "that", "with", "from", "have", "were", "will", "when", "then", "than", "into", "only", "same", "your", "rule", "rules", "retried", "retry", "reschedule", "rescheduled", "abort", "aborted", "again", "node", "error", "errors", "failed", "failure", "the", "and", "for", "not"])
 
 
 def _error_lines(tails: Sequence[SummaryBlock]) -> list[EvidenceLine]:

@@ -1,0 +1,96 @@
+"""Launcher / logger prefixes: an anchored rule matches the message whatever wrapper the
+run used, and a line without a prefix is never cut."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from wrapper.classifier import load_rules
+from wrapper.classifier.line_prefix import search, unanchored, warning_level, without_prefix
+from wrapper.classifier.verdict import classify_artifacts
+from wrapper.decision import Decision
+
+MESSAGE = "ValueError: Size mismatch between saved torch.Size([4, 2]) and current: torch.Size([8])"
+
+# one example of each prefix shape line_prefix.py names, as those tools print it
+PREFIXES = [
+    "[rank0]: ",                                          # torchrun --log-line-prefix
+    "[default1]:",                                        # torchrun --tee
+    "(RayTrainWorker pid=9671, ip=10.0.0.3) ",            # Ray's log monitor
+    "(pid=9671) ",                                        # Ray, a task without a name
+    "(raylet, ip=10.0.0.3) ",                             # Ray, a daemon
+    "[1,0]<stderr>:",                                     # Open MPI --tag-output
+    "worker-3: ",                                         # pdsh / DeepSpeed multinode
+    "10.0.0.3: ",                                         # pdsh with addresses
+    "12: ",                                               # srun --label
+    "trainer-0  | ",                                      # docker compose logs
+    "[pod/train-0/pytorch] ",                             # kubectl logs --prefix
+    "2024-05-01 10:00:00,123 - root - ERROR - ",          # logging format asctime - name - level
+    "ERROR:__main__:",                                    # logging.basicConfig default
+    "2024-05-01T10:00:00.123456789Z ",                    # kubectl --timestamps
+    "E0501 10:00:00.123456  1234 trainer.cc:12] ",        # glog
+    "2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c] ",  # two brackets
+]
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_each_prefix_is_removed(prefix: str) -> None:
+    assert without_prefix(prefix + MESSAGE) == MESSAGE
+
+
+@pytest.mark.parametrize("line", [
+    MESSAGE,
+    "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275",   # a class name is no host
+    "Traceback (most recent call last):",
+    '  File "train.py", line 3, in <module>',
+    "torch.distributed.DistBackendError: NCCL error",
+])
+def test_a_line_without_prefix_is_left_whole(line: str) -> None:
+    assert without_prefix(line) is None
+
+
+def test_an_anchored_pattern_matches_after_a_prefix_only_at_the_message_start() -> None:
+    pattern = re.compile(r"^ValueError: ")
+    assert search(pattern, "(Worker pid=1) " + MESSAGE)
+    # mentioned inside a message, it is no exception line
+    assert not search(pattern, "[rank0]: caught and logged: ValueError: bad row, skipped")
+    # an unanchored pattern is searched as always
+    assert search(re.compile("Size mismatch"), "anything Size mismatch")
+
+
+def test_unanchored_is_a_superset_for_the_prefilter() -> None:
+    pattern = re.compile(r"(?i)^\s*killed$")
+    relaxed = unanchored(pattern)
+    assert relaxed.flags == pattern.flags
+    assert relaxed.search("trainer-0  | Killed") and not pattern.search("trainer-0  | Killed")
+    plain = re.compile("no anchor")
+    assert unanchored(plain) is plain
+
+
+@pytest.mark.parametrize(("line", "warning"), [
+    ("[rank0]:[W310 01:07:17.23 ProcessGroupNCCL.cpp:1250] Warning: WARNING: x", True),
+    ("2024-05-01 10:00:00,123 - root - WARNING - ValueError: skipped a row", True),
+    ("(Worker pid=3) UserWarning: this is deprecated", True),
+    ("W0501 10:00:00.123456  1234 trainer.cc:12] slow", True),
+    ("(Worker pid=3) ValueError: x", False),
+    ("2024-05-01 10:00:00,123 - root - ERROR - ValueError: x", False),
+    ("worker-3: RuntimeError: x", False),
+])
+def test_warning_level_reads_the_prefix_too(line: str, warning: bool) -> None:
+    assert warning_level(line) is warning
+
+
+def test_a_ray_actor_exception_is_judged_as_the_exception(tmp_path: Path) -> None:
+    log = tmp_path / "ray.log"
+    log.write_text(
+        "(TrainWorker pid=91, ip=10.0.0.3) Traceback (most recent call last):\n"
+        '(TrainWorker pid=91, ip=10.0.0.3)   File "train.py", line 7, in load\n'
+        "(TrainWorker pid=91, ip=10.0.0.3)     raise KeyError('optimizer')\n"
+        "(TrainWorker pid=91, ip=10.0.0.3) KeyError: 'optimizer'\n")
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=1, signal=None,
+                                   rules=load_rules())
+    assert diagnosis.rule_id == "python-user-error"
+    assert diagnosis.decision is Decision.ABORT

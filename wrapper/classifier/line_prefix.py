@@ -1,0 +1,114 @@
+"""The prefixes that launchers, schedulers and loggers put in front of a program's lines.
+
+The same Python exception line reaches a log as ``ValueError: ...`` from a plain run,
+``[rank0]: ValueError: ...`` from torchrun, ``(TrainWorker pid=91, ip=10.0.0.3) ValueError:
+...`` from Ray, ``[1,0]<stderr>:ValueError: ...`` from Open MPI, ``worker-3: ValueError:
+...`` from DeepSpeed's pdsh runner, ``2024-05-01 10:00:00,123 - ERROR - ValueError: ...``
+from a logging handler, ``trainer-0  | ValueError: ...`` from docker compose. A rule whose
+pattern is anchored at the start of the message (``^``: "this line IS the exception",
+not "this line mentions it") must match all of them, whichever wrapper the run used.
+
+``without_prefix`` removes a run of such prefixes from the start of a line; the scanner
+tries a rule's patterns on the line as it is first and on the remainder second, so a
+prefix can only add matches to anchored patterns (an unanchored pattern finds the
+same text in the whole line anyway).
+
+Sources of the shapes: Ray's log monitor (``(<actor or task> pid=N, ip=A)``:
+python/ray/_private/log_monitor.py / worker.py print_to_stdstream), torchrun
+``--log-line-prefix-template`` / ``--tee`` (``[rank0]:``, ``[default0]:``:
+torch/distributed/elastic/multiprocessing/api.py), Open MPI ``--tag-output``
+(``[jobid,rank]<stderr>:``), pdsh / DeepSpeed's multinode runner (``host: ``:
+deepspeed/launcher/multinode_runner.py), ``srun --label`` (``0: ``), glog
+(``E0501 10:00:00.123456  1234 file.cc:12] ``), Python logging's default and common
+formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``), ``kubectl logs --prefix``
+(``[pod/name/container] ``), ``docker compose logs`` (``service-1  | ``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL|SEVERE)"
+
+# One prefix; the run of them is matched by repeating this group. Every alternative
+# consumes at least one character, and each is bounded, so the scan is linear.
+_ONE = (
+    r"(?:"
+    # Ray: (TrainWorker pid=91, ip=10.0.0.3)  (pid=91)  (raylet, ip=10.0.0.3)
+    r"\((?:[\w.:<>-]{1,80}(?:,? )?)?(?:pid=\d+|ip=[\w.:]+)(?:, [\w]+=[^()\s]{1,80}){0,4}\)"
+    # torchrun / kubectl / Megatron / most loggers: [rank0]: [default1]: [2024-05-01 10:00:00]
+    r"|\[[^\]\n]{1,120}\](?::|<std(?:out|err)>:)?"
+    # srun --label, and a bare rank number: "12: "
+    r"|\d{1,6}: "
+    # pdsh / DeepSpeed's multinode runner: "worker-3: ", "node012: ", "10.0.0.3: "
+    # (a host name with a digit, so "ValueError: " or "ERROR: " is never taken for one)
+    r"|(?=[\w.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: "
+    # docker compose: "trainer-0  | "
+    r"|[\w.-]{1,64} +\| "
+    # timestamps: 2024-05-01 10:00:00,123 / 2024-05-01T10:00:00.123456789Z / 10:00:00.123
+    r"|\d{4}[-/]\d{2}[-/]\d{2}(?:[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)?"
+    r"|\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+    # glog: E0501 10:00:00.123456  1234 file.cc:12]
+    r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{1,9} +\d+ [\w./-]{1,120}:\d+\]"
+    # Python logging: "ERROR:torch.distributed:" (basicConfig's default), "ERROR - ",
+    # "- name - ERROR - "
+    rf"|{_LEVEL}:[\w.]{{0,120}}:"
+    rf"|(?:- )?(?:[\w.]{{1,120}} - )?{_LEVEL}(?: -|:|\b)"
+    r")"
+)
+_PREFIXES = re.compile(rf"(?:[ \t]*{_ONE}[ \t]*){{1,8}}")
+
+# a pattern that starts at the start of the line, after optional inline flags: "(?i)^..."
+_ANCHORED = re.compile(r"^(?:\(\?[aiLmsux]+\))*\^")
+
+# A line the program logged at warning / info level (it went on after it): glog's W/I,
+# a WARNING / INFO level word, a Python warning ("UserWarning: ..."), at the start of
+# the message or in the prefix in front of it.
+_WARNING_START = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?:\[?[WI]\d{4} |\[?(?:WARNING|INFO)\b|(?:\w+)?Warning: )")
+_WARNING_IN_PREFIX = re.compile(r"(?:^|[\s\[(|:-])(?:WARNING|WARN|INFO|DEBUG)\b|(?:^|[\s\[])[WI]\d{4} ")
+
+
+def without_prefix(line: str) -> str | None:
+    """``line`` after its launcher / logger prefixes, or None when it has none."""
+    found = _PREFIXES.match(line)
+    if found is None or found.end() == 0:
+        return None
+    rest = line[found.end():]
+    return rest if rest else None
+
+
+def anchored(pattern: Any) -> bool:
+    """Whether the pattern (``re`` or RE2) must match at the start of the line."""
+    return _ANCHORED.match(pattern.pattern) is not None
+
+
+def unanchored(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """The pattern without its leading ``^``: a superset of its matches at any prefix
+    (what a prefilter that must propose every prefixed line needs)."""
+    found = _ANCHORED.match(pattern.pattern)
+    if found is None:
+        return pattern
+    text = pattern.pattern
+    return re.compile(text[:found.end() - 1] + text[found.end():], pattern.flags)
+
+
+def search(pattern: Any, line: str) -> Any:
+    """``pattern.search`` on the line, and for an anchored pattern on the line without
+    its prefixes too: the one way every part of the classifier tests a line."""
+    found = pattern.search(line)
+    if found is None and anchored(pattern):
+        rest = without_prefix(line)
+        if rest is not None:
+            found = pattern.search(rest)
+    return found
+
+
+def warning_level(line: str) -> bool:
+    """Whether the line was logged at warning / info level (the program went on)."""
+    if _WARNING_START.match(line):
+        return True
+    rest = without_prefix(line)
+    if rest is None:
+        return False
+    return bool(_WARNING_START.match(rest) or _WARNING_IN_PREFIX.search(line[:len(line) - len(rest)]))
