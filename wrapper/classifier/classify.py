@@ -43,6 +43,7 @@ from wrapper.classifier.success import (
     OUTPUT_AT_RISK,
     Finished,
     find_finished,
+    first_exit_line,
     last_restart_seq,
     normal_exit,
     stopped_short,
@@ -114,9 +115,65 @@ def _diagnose(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: 
         as_exit_0 = _decide(replace(evidence, exit_code=0), rules, report, hits, finished, exited)
         if as_exit_0 is not None:
             return as_exit_0
+    in_teardown = _teardown_reading(evidence, report, rules, hits, finished)
+    if in_teardown is not None:
+        return in_teardown
     decided = _decide(evidence, rules, report, hits, finished, None)
     assert decided is not None  # only a normal-exit reading gives up
     return decided
+
+
+# How a process ends when it crashes in its own teardown: abort() ("terminate called
+# after throwing ...", a C++ destructor's uncaught exception), a segfault or bus error in
+# a destructor. An exit code (1, 2...) is the program's own verdict and is never read so.
+_TEARDOWN_SIGNALS = frozenset({6, 7, 11})
+
+
+def _teardown_reading(evidence: Evidence, report: LauncherReport, rules: RuleSet,
+                      hits: Sequence[LogHit], finished: Finished | None) -> Diagnosis | None:
+    """The process was already exiting (a ``marks: exit`` line: ProcessGroupNCCL's exit-time
+    warning, the CUDA driver unloading, an experiment tracker's end-of-run footer) and
+    nothing failed before that line; it then crashed by a signal, hung, or its status is
+    unknown or 0 with errors after the line: the crash or hang is teardown, the program's
+    work was done: complete, naming the line. None when that reading does not hold (an
+    error before the line, progress naming an end not reached, an exit code the program
+    chose, a stop request, a launcher naming a rank's exception)."""
+    if finished is not None or evidence.expect_finished or evidence.stop_signal is not None:
+        return None
+    root = report.root_cause
+    if root is not None and (root.exception_type or root.signal not in _TEARDOWN_SIGNALS):
+        return None
+    code, sig = evidence.exit_code, evidence.signal
+    crashed = (sig in _TEARDOWN_SIGNALS or (code is not None and code - 128 in _TEARDOWN_SIGNALS)
+               or (root is not None and code == 1))
+    if not (crashed or evidence.hung or (sig is None and code in (None, 0))):
+        return None
+    exiting = first_exit_line(rules, hits)
+    if exiting is None:
+        return None
+    before = [hit for hit in hits if hit.seq <= exiting.seq]
+    as_exit_0 = _decide(replace(evidence, exit_code=0, signal=None, hung=False), rules,
+                        replace(report, root_cause=None), before, None, exiting)
+    if as_exit_0 is None or as_exit_0.decision is not Decision.COMPLETE:
+        return None
+    line = hit_line(exiting)
+    after = ("resched's hang detector stopped it" if evidence.hung
+             else "" if sig is None and code in (None, 0) and root is None
+             else f"it then ended by {_status_text(evidence, report)}")
+    if not after:
+        later = [hit for hit in hits if hit.seq > exiting.seq and hit.rule_id != exiting.rule_id]
+        if not later:
+            return None  # nothing after the line: the plain normal-exit reading says it
+        after = "errors followed it"
+    status = _status_text(evidence, report)
+    hint = (f"The process was already exiting ({line.where()}: {line.text[:200]}) and the "
+            f"log shows no error before that; {after}: a crash or hang in teardown, after "
+            f"the program's work was done. Complete, nothing to restart.")
+    return replace(
+        as_exit_0, status=status,
+        evidence=(EvidenceLine(source="status", lineno=0, text=status), line),
+        hint=hint, why_won=(f"{exiting.rule_id} won: the process was exiting at that line "
+                            f"and nothing failed before it (teardown)"))
 
 
 def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Sequence[LogHit],

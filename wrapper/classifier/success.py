@@ -91,6 +91,13 @@ def normal_exit(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
     return max((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
 
 
+def first_exit_line(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
+    """The first line that the process prints only on its way out (a ``marks: exit``
+    rule): from there on it was exiting. None when the log has none."""
+    exit_ids = {rule.id for rule in rules.rules if rule.marks == "exit"}
+    return min((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
+
+
 def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:
     """Where the launcher's last round began (the seq of its last restart line), -1 if
     it never restarted: errors before it belong to rounds the launcher recovered."""
