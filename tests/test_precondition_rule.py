@@ -69,3 +69,48 @@ def test_a_specific_rule_outranks_it(tmp_path: Path) -> None:
                    + "RuntimeError: Expected all tensors to be on the same device\n")
     diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=1, signal=None, rules=RULES)
     assert diagnosis.rule_id != "python-precondition-error"
+
+
+@pytest.mark.parametrize(("line", "aborts"), [
+    ("terminate called after throwing an instance of 'std::invalid_argument'\n  what():  stoi", True),
+    ("terminate called after throwing an instance of 'std::out_of_range'\n  what():  vector::_M_range_check", True),
+    # a runtime_error / system_error says nothing by itself
+    ("terminate called after throwing an instance of 'std::system_error'\n  what():  Resource temporarily unavailable", False),
+])
+def test_the_cpp_form_of_a_failed_precondition(tmp_path: Path, line: str, aborts: bool) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(line + "\n")
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=None, signal=6, rules=RULES)
+    assert (diagnosis.rule_id == "python-precondition-error") is aborts, diagnosis.why_won
+
+
+@pytest.mark.parametrize(("line", "rule"), [
+    ("bash: line 1: torchrun: command not found", "command-not-found-in-log"),
+    ("/bin/bash: /workspace/run.sh: Permission denied", "command-not-found-in-log"),
+    ("sh: 1: deepspeed: not found", "command-not-found-in-log"),
+    ("/usr/bin/env: 'python3.11': No such file or directory", "command-not-found-in-log"),
+    ("exec /usr/local/bin/torchrun: exec format error", "command-not-found-in-log"),
+    ('OCI runtime create failed: runc create failed: unable to start container process: exec: "train.sh": '
+     "executable file not found in $PATH: unknown", "command-not-found-in-log"),
+    ("sbatch: error: Batch job submission failed: Requested node configuration is not available",
+     "scheduler-request-invalid"),
+    ("salloc: error: Job submit/allocate failed: Invalid account or account/partition combination specified",
+     "scheduler-request-invalid"),
+])
+def test_the_shell_runtime_and_scheduler_refusals(tmp_path: Path, line: str, rule: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(line + "\n")
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=None, signal=None, rules=RULES)
+    assert (diagnosis.rule_id, diagnosis.decision) == (rule, Decision.ABORT), diagnosis.why_won
+
+
+@pytest.mark.parametrize("line", [
+    "ssh: connect to host node-3 port 22: Permission denied (publickey)",
+    "srun: error: Unable to create step for job 812344: Requested nodes are busy",
+    "warning: bash completion: command not found in cache",
+])
+def test_near_misses_of_the_refusals(tmp_path: Path, line: str) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(line + "\n")
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=1, signal=None, rules=RULES)
+    assert diagnosis.rule_id not in {"command-not-found-in-log", "scheduler-request-invalid"}
