@@ -177,6 +177,8 @@ def test_source_line_decides(tmp_path: Path, line: str, rule: str, decision: str
     ("Epoch 3:  41%|████      | 410/1000 [02:11<03:09, 3.12it/s, v_num=0, train_loss=0.512]", "loss-nan"),
     (" iteration      120/   10000 | lm loss: 2.310E+00 | number of nan iterations:   0 |", "loss-nan"),
     ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0", "loss-nan"),
+    # a validation mean over an empty split is NaN too: no divergence of the training
+    ("Epoch 0: 100%|██████████| 50/50 [00:09<00:00, 5.2it/s, train_loss=0.731, val_loss=nan]", "loss-nan"),
     # a model loading message that names keys it ignores on purpose
     ("Some weights of the model checkpoint at bert-base-uncased were not used when initializing BertModel",
      "torch-program-error"),
@@ -251,3 +253,21 @@ def test_the_new_decisions_are_the_cost_tables_least_regret(readings: list[Decis
 def test_more_spellings_of_the_same_classes(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"], exit_code=None)
     assert (d.rule_id, str(d.decision)) == (rule, decision), d.why_won
+
+
+@pytest.mark.parametrize("line", [
+    # the lines a training prints thousands of times: no catalogue literal may sit on them,
+    # or every one of them is checked rule by rule (the scanner's speed: prefilter.py)
+    " iteration     4400/   10000 | consumed samples:       563200 | elapsed time per iteration (ms): 1512.3 | "
+    "learning rate: 1.499E-04 | global batch size:   128 | lm loss: 3.120000E+00 | loss scale: 1.0 | "
+    "grad norm: 0.412 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+    "Epoch 3:  41%|████      | 410/1000 [02:11<03:09, 3.12it/s, v_num=0, train_loss=0.512, val_loss=0.601]",
+    "{'loss': 1.2345, 'grad_norm': 0.873, 'learning_rate': 1.9e-05, 'epoch': 0.31}",
+    "Steps:  12%|█▏        | 722/6000 [11:58<1:27:31,  1.00it/s, lr=1e-05, step_loss=0.0831]",
+])
+def test_progress_lines_are_no_prefilter_candidates(line: str) -> None:
+    from wrapper.classifier.prefilter import Prefilter
+    from wrapper.classifier.rules import load_rules
+
+    patterns = [p for rule in load_rules().rules for block in rule.matches for p in block.patterns]
+    assert not Prefilter(patterns).may_match(line)
