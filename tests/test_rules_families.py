@@ -118,7 +118,7 @@ def test_what_is_not_success_stays_a_failure(tmp_path: Path, lines: list[str]) -
     # Megatron saves after its "[after training is done]" line: a full volume there
     (["[after training is done] datetime: 2026-11-21 03:59:08 ",
       "saving checkpoint at iteration   10000 to /ckpt/run-7",
-      "OSError: [Errno 28] No space left on device: '/ckpt/run-7/iter_0010000'"], "storage-io-error"),
+      "OSError: [Errno 28] No space left on device: '/ckpt/run-7/iter_0010000'"], "storage-full"),
     # the HF Trainer's loop ended, then pushing the model to the Hub failed
     (["{'train_runtime': 812.33, 'train_samples_per_second': 12.1, 'train_steps_per_second': 0.76, 'epoch': 2.0}",
       "huggingface_hub.errors.HfHubHTTPError: 503 Server Error: Service Unavailable for url: "
