@@ -6,8 +6,10 @@
 The yaml has the format of tests/fixtures/holdout/holdout.yaml: ``entries:``, each with
 ``id`` (its log is ``logs/<id>.log`` next to the yaml), ``label`` (the right decision:
 retry / reschedule / abort / complete), ``exit_code`` or ``signal`` when known, and
-optionally ``family`` (the failure family, for a per-family line), ``url``, and ``log``
-(the log's path relative to the yaml, instead of ``logs/<id>.log``).
+optionally ``family`` (the failure family, for a per-family line), ``url``, ``log``
+(the log's path relative to the yaml, instead of ``logs/<id>.log``), ``launcher``
+(``torchrun`` / ``ft_launcher``: what ``resched classify --launcher`` is told) and
+``error_files`` (torchelastic error files, relative to the yaml, as ``--error-file``).
 
 Every log goes through ``classify_artifacts`` (the path of ``resched classify``, the
 same judge ``resched wrap`` uses). Printed: the 4-way confusion matrix (right label x
@@ -49,6 +51,13 @@ def load(index: Path) -> list[dict]:
         if not log.is_file():
             raise SystemExit(f"{index}: entry {entry['id']!r}: no log at {log}")
         entry["_log"] = log
+        entry["_error_files"] = [index.parent / p for p in entry.get("error_files") or []]
+        missing = [str(p) for p in entry["_error_files"] if not p.is_file()]
+        if missing:
+            raise SystemExit(f"{index}: entry {entry['id']!r}: no error file at {missing[0]}")
+        if entry.get("launcher") not in (None, "torchrun", "ft_launcher"):
+            raise SystemExit(f"{index}: entry {entry['id']!r}: launcher {entry['launcher']!r} "
+                             "is not torchrun or ft_launcher")
     return entries
 
 
@@ -56,9 +65,10 @@ def judge_all(entries: list[dict]) -> list[tuple[dict, str, str]]:
     rules = load_rules()
     out = []
     for entry in entries:
-        diagnosis = classify_artifacts(logs=[entry["_log"]], error_files=[],
+        diagnosis = classify_artifacts(logs=[entry["_log"]], error_files=entry["_error_files"],
                                        exit_code=entry.get("exit_code"),
-                                       signal=entry.get("signal"), rules=rules)
+                                       signal=entry.get("signal"), rules=rules,
+                                       launcher=entry.get("launcher"))
         out.append((entry, str(diagnosis.decision), diagnosis.rule_id))
     return out
 
