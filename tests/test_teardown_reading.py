@@ -115,5 +115,6 @@ def test_wrap_retries_an_abort_after_an_error(tmp_path: Path) -> None:
          "encountered'\n" + PG_WARNING_24 + CUDA_UNLOADING],
         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0
-    record = json.loads(sorted((state / "attempts").glob("*.json"))[-1].read_text())
+    record = json.loads(max((state / "attempts").glob("*.json")).read_text())
     assert record["decision"] != "complete"
+

@@ -46,6 +46,7 @@ from wrapper.classifier.success import (
     first_exit_line,
     last_restart_seq,
     normal_exit,
+    rounds_with,
     stopped_short,
 )
 from wrapper.classifier.unknown import explain_unknown
@@ -195,7 +196,18 @@ def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Se
         hint = (f"Exit 0, but the log shows an error and no sign that the training finished, "
                 f"so this is no success: decided on the error. {hint}")
     exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
-    if exhausted is not None and decision is Decision.RETRY:
+    escalation = rule.escalate
+    if (exhausted is not None and decision is Decision.RETRY and escalation is not None
+            and escalation.to is Decision.ABORT and escalation.scope == "job"
+            and rounds_with(rules, hits, rule.id) > escalation.after):
+        # the launcher's in-job restarts were the retries this rule asks for ("retry once,
+        # then abort"), and the same failure came back in each round: abort, as resched's
+        # own retry would after as many occurrences
+        decision = Decision.ABORT
+        hint = (f"{hint} The launcher restarted the workers and the same failure came back "
+                f"in {rounds_with(rules, hits, rule.id)} rounds: the retries this failure "
+                f"gets were spent in the job, so it is aborted.").strip()
+    elif exhausted is not None and decision is Decision.RETRY:
         decision = Decision.RESCHEDULE
         hint = f"{hint} {exhausted.hint}".strip()
     status = _status_text(evidence, report)

@@ -103,3 +103,12 @@ def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:
     it never restarted: errors before it belong to rounds the launcher recovered."""
     restart_ids = {rule.id for rule in rules.rules if rule.marks == "restart"}
     return max((hit.seq for hit in hits if hit.rule_id in restart_ids), default=-1)
+
+
+def rounds_with(rules: RuleSet, hits: Sequence[LogHit], rule_id: str) -> int:
+    """In how many of the launcher's rounds (split at its restart lines) the rule's lines
+    appear: a failure that came back after every in-job restart."""
+    restarts = sorted(hit.seq for hit in hits if hit.rule_id in
+                      {rule.id for rule in rules.rules if rule.marks == "restart"})
+    rounds = {sum(1 for seq in restarts if seq < hit.seq) for hit in hits if hit.rule_id == rule_id}
+    return len(rounds)
