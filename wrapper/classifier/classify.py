@@ -50,6 +50,7 @@ from wrapper.classifier.success import (
     stopped_short,
 )
 from wrapper.classifier.unknown import explain_unknown
+from wrapper.classifier.unraisable import without_ignored
 from wrapper.decision import Decision
 from wrapper.long_lines import capped_blocks
 
@@ -419,6 +420,7 @@ def classify(evidence: Evidence, rules: RuleSet,
     offset = 1 + max((h.seq for h in evidence.hits), default=-1)
     hits = sorted(evidence.hits, key=lambda h: h.seq) + [replace(h, seq=h.seq + offset)
                                                          for h in scanner.hits]
+    hits = without_ignored(rules, hits)  # what Python reported and ignored decides nothing
     return explain_unknown(_diagnose(evidence, rules, report, hits), rules, tails)
 
 

@@ -37,8 +37,9 @@ _RULE_KEYS = {
 }
 # What a `marks` rule's line is evidence of (never a failure cause, see wrapper/classifier/success.py):
 # the training finished, the launcher restarted its workers (a new round began), or the
-# process reached its normal exit (only read when the exit status is unknown).
-MARKS = ("success", "restart", "exit")
+# process reached its normal exit (only read when the exit status is unknown), or Python
+# reported an exception and ignored it (its traceback is no failure: unraisable.py).
+MARKS = ("success", "restart", "exit", "ignored")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
