@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
-from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, inspect_layout
+from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, PinnedPointer, inspect_layout
 from wrapper.checkpoint.links import sibling_target
 from wrapper.checkpoint.marker import (
     MARKER_NAME,
@@ -85,6 +85,9 @@ class LocalFile:
     relpath: str
     full: str  # the file's path as a string (a Path per file cost seconds at 100k files)
     stat: os.stat_result
+    # A pointer file's bytes as the layout read and judged them (layouts.PinnedPointer):
+    # uploaded instead of the live file, which the framework rewrites at its next save.
+    pinned: bytes | None = None
 
     @property
     def path(self) -> Path:
@@ -244,9 +247,13 @@ def check_unchanged(before: Snapshot) -> None:
     publish takes adds the next step's files meanwhile, and counting those as a change
     meant no periodic upload ever committed (a Lightning run saving every 0.1 s: every
     publish refused). What it read is what was there at the scan, which the layout
-    judged whole; a file of it rewritten, replaced or removed still refuses."""
+    judged whole; a file of it rewritten, replaced or removed still refuses. A pinned
+    pointer is not re-stated: its bytes were taken at the scan and are what is published,
+    so the framework rewriting it in place at its next save (Megatron's tracker,
+    DeepSpeed's ``latest``) changes nothing of this checkpoint; the folder those bytes
+    name is among the files re-stated."""
     if before.layout_judged:
-        changed = [f.relpath for f in before.files if not _same_file(f)]
+        changed = [f.relpath for f in before.files if f.pinned is None and not _same_file(f)]
     else:
         after = take_snapshot(before.directory, before.selection)
         changed = sorted({s[0] for s in after.signature ^ before.signature})
@@ -332,8 +339,8 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
                           torn_root=f"{TORN_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now / 1e9))}")
     snapshot = take_snapshot(directory, selection)
     again = inspect_layout(directory)
-    if (again.complete, again.step, again.in_progress) != (
-            first.complete, first.step, first.in_progress):
+    if (again.complete, again.step, again.in_progress, again.pointers) != (
+            first.complete, first.step, first.in_progress, first.pointers):
         raise SnapshotUnstableError(
             f"{first.layout.value} checkpoint changed while it was scanned ({first.reason} -> "
             f"{again.reason})")
@@ -342,8 +349,29 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
         return Prepared(payload(snapshot), None, False, first.layout.value,
                         first.reason, first.warnings)
+    snapshot = _pin_pointers(snapshot, first.pointers, regex)
     return Prepared(payload(replace(snapshot, layout_judged=True)), first.step, True,
                     first.layout.value, first.reason, first.warnings)
+
+
+def _pin_pointers(snapshot: Snapshot, pointers: tuple[PinnedPointer, ...],
+                  regex: str | None) -> Snapshot:
+    """The snapshot with each pointer file carrying the bytes the layout judged (read
+    before the scan and again, identical, after it: the folder they name was whole on
+    both sides of the scan and its files are in the snapshot, re-stated after the upload)."""
+    if not pointers:
+        return snapshot
+    pins = {pointer.path: pointer.raw for pointer in pointers}
+    for pointer in pointers:
+        # A pointer whose folder the upload does not hold would make the framework fail
+        # after a restore; a regex: of the user's decides what goes up, not this check.
+        if regex is None and pointer.path in {f.relpath for f in snapshot.files} and not any(
+                f.relpath.startswith(pointer.names + "/") for f in snapshot.files):
+            raise SnapshotUnstableError(
+                f"{pointer.path} names {pointer.names}/, which the scan did not find")
+    files = tuple(replace(f, pinned=pins[f.relpath]) if f.relpath in pins else f
+                  for f in snapshot.files)
+    return replace(snapshot, files=files)
 
 
 def checkpoint_step(directory: Path | None) -> int | None:
