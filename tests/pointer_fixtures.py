@@ -9,8 +9,9 @@ Each save writes a new step folder, then rewrites the pointer file in place (``o
   ``latest_checkpointed_iteration.txt`` with N;
 - DeepSpeed (engine.py ``save_checkpoint``): ``global_stepN/`` with the model states and
   one ZeRO optimizer file per data-parallel rank (``torch.save`` archives holding what
-  DeepSpeed's hold: ``global_steps``, ``dp_world_size``, ``ds_config``), then rank 0
-  rewrites ``latest`` with the tag.
+  DeepSpeed's hold: ``global_steps``, ``dp_world_size``, ``ds_config``); rank 0 copies
+  its two recovery scripts (``zero_to_fp32.py``, ``zero_to_torch.py``) into the save dir
+  again, in place, then rewrites ``latest`` with the tag.
 
 ``--keep K`` removes all but the newest K step folders after each save (the rotation of
 HF's ``save_total_limit`` or NeMo's ``save_top_k``; Megatron itself keeps every save).
@@ -30,6 +31,8 @@ from pathlib import Path
 
 MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
 DEEPSPEED_LATEST = "latest"
+DEEPSPEED_HELPERS = ("zero_to_fp32.py", "zero_to_torch.py")
+HELPER_BYTES = b"# DeepSpeed's recovery script, the same bytes at every save\n" * 64
 RANKS = 2
 
 
@@ -71,6 +74,9 @@ def save_deepspeed(root: Path, step: int, size: int = 64 * 1024) -> Path:
     for rank in range(RANKS):
         (folder / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(
             _torch_archive({"optimizer_state_dict": _payload(step, rank, size)}))
+    for helper in DEEPSPEED_HELPERS:  # _copy_recovery_script: shutil.copyfile, every save
+        with open(root / helper, "wb") as copy:
+            copy.write(HELPER_BYTES)
     with open(root / DEEPSPEED_LATEST, "w") as latest:  # in place, as DeepSpeed does
         latest.write(folder.name)
     return folder

@@ -26,7 +26,13 @@ from checkpoint_fixtures import (  # noqa: F401
 )
 
 import wrapper.checkpoint.snapshot as snapshot_module
-from tests.pointer_fixtures import DEEPSPEED_LATEST, MEGATRON_TRACKER, SAVERS
+from tests.pointer_fixtures import (
+    DEEPSPEED_HELPERS,
+    DEEPSPEED_LATEST,
+    HELPER_BYTES,
+    MEGATRON_TRACKER,
+    SAVERS,
+)
 from wrapper.checkpoint import CheckpointStore
 from wrapper.checkpoint.errors import SnapshotUnstableError
 from wrapper.checkpoint.layouts import inspect_layout
@@ -94,8 +100,10 @@ def test_a_pointer_rewritten_between_scan_and_upload_keeps_the_judged_bytes(
     ck, save = tmp_path / "ck", SAVERS[layout]
     save(ck, 4)
     prepared = prepare_snapshot(ck, layouts=True)
-    (pinned,) = [f for f in prepared.snapshot.files if f.pinned is not None]
-    assert pinned.relpath == POINTER[layout] and pinned.pinned == (ck / POINTER[layout]).read_bytes()
+    pins = {f.relpath: f.pinned for f in prepared.snapshot.files if f.pinned is not None}
+    helpers = {name: HELPER_BYTES for name in DEEPSPEED_HELPERS} if layout == "deepspeed" else {}
+    assert pins == {POINTER[layout]: (ck / POINTER[layout]).read_bytes(), **helpers}
+    (pinned,) = [f for f in prepared.snapshot.files if f.relpath == POINTER[layout]]
     save(ck, 5)  # after the scan, before any byte is uploaded
     check_unchanged(prepared.snapshot)  # the rewritten pointer is no change to this one
     from wrapper.checkpoint.hashing import HashCache

@@ -151,3 +151,75 @@ def test_a_rotation_deleting_the_uploaded_folder_still_refuses(tmp_path: Path, l
     first = _outcomes(err)[0]
     assert first.group(1) is None, err.read_text()[-3000:]  # refused
     assert _restored_consistent(tmp_path, layout) == _step_of(_pointer(tmp_path, layout))
+
+
+# --- the real frameworks (CPU, 2 ranks over gloo; skipped where not installed) -----------
+
+EXAMPLES = REPO / "examples" / "frameworks"
+REAL = {
+    # (script, env, the framework's own line saying which step it loaded)
+    "deepspeed": ("deepspeed_train.py", {"DS_ACCELERATOR": "cpu"},
+                  re.compile(r"deepspeed-train: loaded \S+ at global step (\d+)")),
+    "megatron": ("megatron_train.py", {},
+                 re.compile(r"successfully loaded checkpoint from \S+ .* at iteration (\d+)")),
+}
+
+
+def _real_training(ck: Path, script: str, steps: int) -> list[str]:
+    from local_fixtures import free_port
+
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+            str(EXAMPLES / script), "--output-dir", str(ck), "--max-steps", str(steps),
+            "--save-steps", "1", "--step-time", "0.05"]
+
+
+def _real_wrap(tmp_path: Path, pod: str, layout: str, steps: int, **env: str
+               ) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    script, extra, _ = REAL[layout]
+    ck, out, err = tmp_path / pod / "ck", tmp_path / f"{pod}.out", tmp_path / f"{pod}.err"
+    ck.parent.mkdir()
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        wrapper = subprocess.Popen(
+            [*RESCHED, "wrap", "--checkpoint-dir", str(ck), "--checkpoint-url",
+             f"file://{tmp_path}/store", "--sync-every", "0.2", "--max-retries", "0", "--",
+             *_real_training(ck, script, steps)],
+            cwd=REPO, env=child_env(**extra, **env), stdout=stdout, stderr=stderr)
+    return wrapper, out, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["deepspeed", "megatron"])
+def test_a_real_training_saving_every_step_gets_its_periodic_upload_committed(
+        tmp_path: Path, layout: str) -> None:
+    """examples/frameworks (nothing of resched inside) saving at every step under `resched
+    wrap`: held inside its first upload until the framework rewrote its pointer, the
+    periodic upload still commits; a new pod restores the store's checkpoint and the
+    framework itself loads it (its own log line), at the step resched restored."""
+    pytest.importorskip("deepspeed" if layout == "deepspeed" else "megatron.core")
+    steps = 40 if layout == "deepspeed" else 20  # a Megatron-Core save takes ~0.3 s here
+    wrapper, _out, err = _real_wrap(tmp_path, "pod1", layout, steps,
+                                    RESCHED_CRASHPOINT="publish.after_blobs:SIGSTOP")
+    pointer = tmp_path / "pod1" / "ck" / POINTER[layout]
+    try:
+        _wait(lambda: _state(wrapper.pid) == "T", "the wrapper inside its first upload", 240)
+        at_stop = _step_of(_pointer(tmp_path / "pod1", layout))
+        _wait(lambda: _step_of(_pointer(tmp_path / "pod1", layout)) > at_stop,
+              "the framework's next save", 240)
+        moved_on = _step_of(_pointer(tmp_path / "pod1", layout))
+        os.kill(wrapper.pid, signal.SIGCONT)
+        _wait(lambda: _outcomes(err), "the outcome of the held upload", 120)
+    finally:
+        os.kill(wrapper.pid, signal.SIGCONT)
+    assert wrapper.wait(timeout=300) == 0, err.read_text()[-3000:]
+    first = _outcomes(err)[0]
+    assert first.group(1) is not None, err.read_text()[-3000:]  # committed, not refused
+    assert int(first.group(1)) <= at_stop < moved_on
+    assert POINTER[layout] not in re.findall(r"changed while it was published \((\S+)",
+                                             err.read_text())
+    last = _step_of(pointer.read_bytes())
+    assert last == steps
+    pod2, out2, err2 = _real_wrap(tmp_path, "pod2", layout, steps)
+    assert pod2.wait(timeout=300) == 0, err2.read_text()[-3000:]
+    assert f"restored step {last}" in err2.read_text()
+    assert [int(s) for s in REAL[layout][2].findall(out2.read_text())] == [last]

@@ -77,15 +77,16 @@ class Layout(str, Enum):
 
 
 @dataclass(frozen=True)
-class PinnedPointer:
-    """A small file the framework rewrites in place on every save to name the checkpoint
-    resume loads (Megatron's tracker, DeepSpeed's ``latest``), with the exact bytes this
-    verdict read and judged. An upload sends these bytes, never the live file: the next
+class PinnedFile:
+    """A small file the framework rewrites in place at every save, with the exact bytes
+    this verdict read and judged: a pointer naming the checkpoint resume loads (Megatron's
+    tracker, DeepSpeed's ``latest``), or a helper copied anew by every save (DeepSpeed's
+    ``zero_to_fp32.py``). An upload sends these bytes, never the live file: the next
     save's rewrite is not a change to the checkpoint judged (docs/checkpoint.md)."""
 
     path: str  # relative to the checkpoint directory
     raw: bytes
-    names: str  # the folder (relative path) those bytes name, judged whole
+    names: str | None  # the folder (relative path) a pointer's bytes name, judged whole
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ class LayoutVerdict:
     # (link path, target beside it): a pointer the framework lost mid-save and the
     # relaunch puts back (Lightning's save_last="link" removes last.ckpt, then links)
     lost_links: tuple[tuple[str, str], ...] = field(default=())
-    # the pointer files of a complete verdict, with the bytes that named the whole folder
-    pointers: tuple[PinnedPointer, ...] = field(default=())
+    # the files of a complete verdict the framework rewrites at every save, bytes as judged
+    pinned: tuple[PinnedFile, ...] = field(default=())
 
     def why_of(self, relpath: str) -> str:
         return next((why for path, why in self.why if path == relpath), self.reason)
@@ -163,7 +164,7 @@ def _megatron(folder: Path, names: list[str]) -> LayoutVerdict | None:
             sub.reason if newer else verdict.reason,
             verdict.in_progress + sub.in_progress,
             verdict.warnings + sub.warnings,
-            pointers=verdict.pointers + sub.pointers,
+            pinned=verdict.pinned + sub.pinned,
         )
     return verdict
 
@@ -193,7 +194,7 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
         return LayoutVerdict(Layout.MEGATRON, whole, 0 if whole else None,
                              f"{where} says release" + ("" if whole else
                                                          " but release/ is not whole"),
-                             pointers=(PinnedPointer(where, raw, f"{prefix}release"),)
+                             pinned=(PinnedFile(where, raw, f"{prefix}release"),)
                              if whole else ())
     if not value.isdigit():
         shown = value[:40].encode("unicode_escape").decode()
@@ -219,7 +220,7 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
                              why=tuple((p, why) for p in torn + (where,)))
     return LayoutVerdict(Layout.MEGATRON, True, iteration,
                          f"{where} names iteration {iteration}, {prefix}{name}/ is whole", newer,
-                         pointers=(PinnedPointer(where, raw, prefix + name),))
+                         pinned=(PinnedFile(where, raw, prefix + name),))
 
 
 def _checkpoint_dir_complete(path: Path) -> bool:
@@ -356,10 +357,26 @@ def _deepspeed(folder: Path, names: list[str]) -> LayoutVerdict | None:
     step = _deepspeed_step(folder / tag)
     return LayoutVerdict(Layout.DEEPSPEED, True, step, f"{_DS_LATEST} names {tag}/, which is whole",
                          tuple(torn), why=tuple(why),
-                         pointers=(PinnedPointer(_DS_LATEST, raw, tag),))
+                         pinned=(PinnedFile(_DS_LATEST, raw, tag),) + _deepspeed_helpers(folder, names))
 
 
 _DS_LATEST = "latest"
+# engine.py _copy_recovery_script: rank 0 copies these into the save dir at every save
+# (shutil.copyfile: truncated, then written), always the same bytes of the installed
+# DeepSpeed; load_checkpoint() never reads them.
+_DS_HELPERS = ("zero_to_fp32.py", "zero_to_torch.py")
+_MAX_HELPER_BYTES = 1024 * 1024
+
+
+def _deepspeed_helpers(folder: Path, names: list[str]) -> tuple[PinnedFile, ...]:
+    """The recovery scripts there, as read now (an empty one is a copy under way: not
+    pinned, so a change to it still refuses the upload)."""
+    found = []
+    for name in _DS_HELPERS:
+        raw = _read_small_bytes(folder / name, _MAX_HELPER_BYTES) if name in names else None
+        if raw:
+            found.append(PinnedFile(name, raw, None))
+    return tuple(found)
 _DS_TAG_STEP = re.compile(r"(\d+)$")
 
 

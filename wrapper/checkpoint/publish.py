@@ -312,8 +312,8 @@ class _Uploads:
         return tuple(Pack(sha, self.pack_sizes[sha]) for sha in named if sha is not None)
 
     def _send_pinned(self, file: LocalFile) -> FileEntry:
-        """A pointer file: the bytes the layout judged at the scan (snapshot._pin_pointers),
-        never the live file, which the training may have rewritten since."""
+        """A file pinned at the scan (a pointer, snapshot._pin): the bytes the layout judged
+        then, never the live file, which the training may have rewritten since."""
         data = file.pinned or b""
         sha = hashlib.sha256(data).hexdigest()
         if not self._provided(sha, len(data)):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
-from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, PinnedPointer, inspect_layout
+from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, PinnedFile, inspect_layout
 from wrapper.checkpoint.links import sibling_target
 from wrapper.checkpoint.marker import (
     MARKER_NAME,
@@ -85,7 +85,7 @@ class LocalFile:
     relpath: str
     full: str  # the file's path as a string (a Path per file cost seconds at 100k files)
     stat: os.stat_result
-    # A pointer file's bytes as the layout read and judged them (layouts.PinnedPointer):
+    # A pointer file's bytes as the layout read and judged them (layouts.PinnedFile):
     # uploaded instead of the live file, which the framework rewrites at its next save.
     pinned: bytes | None = None
 
@@ -339,8 +339,8 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
                           torn_root=f"{TORN_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now / 1e9))}")
     snapshot = take_snapshot(directory, selection)
     again = inspect_layout(directory)
-    if (again.complete, again.step, again.in_progress, again.pointers) != (
-            first.complete, first.step, first.in_progress, first.pointers):
+    if (again.complete, again.step, again.in_progress, again.pinned) != (
+            first.complete, first.step, first.in_progress, first.pinned):
         raise SnapshotUnstableError(
             f"{first.layout.value} checkpoint changed while it was scanned ({first.reason} -> "
             f"{again.reason})")
@@ -349,26 +349,27 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
         return Prepared(payload(snapshot), None, False, first.layout.value,
                         first.reason, first.warnings)
-    snapshot = _pin_pointers(snapshot, first.pointers, regex)
+    snapshot = _pin(snapshot, first.pinned, regex)
     return Prepared(payload(replace(snapshot, layout_judged=True)), first.step, True,
                     first.layout.value, first.reason, first.warnings)
 
 
-def _pin_pointers(snapshot: Snapshot, pointers: tuple[PinnedPointer, ...],
-                  regex: str | None) -> Snapshot:
-    """The snapshot with each pointer file carrying the bytes the layout judged (read
-    before the scan and again, identical, after it: the folder they name was whole on
-    both sides of the scan and its files are in the snapshot, re-stated after the upload)."""
-    if not pointers:
+def _pin(snapshot: Snapshot, pinned: tuple[PinnedFile, ...], regex: str | None) -> Snapshot:
+    """The snapshot with each file the framework rewrites at every save carrying the bytes
+    the layout judged (read before the scan and again, identical, after it: the folder a
+    pointer names was whole on both sides of the scan and its files are in the snapshot,
+    re-stated after the upload)."""
+    if not pinned:
         return snapshot
-    pins = {pointer.path: pointer.raw for pointer in pointers}
-    for pointer in pointers:
+    pins = {pin.path: pin.raw for pin in pinned}
+    held = {f.relpath for f in snapshot.files}
+    for pin in pinned:
         # A pointer whose folder the upload does not hold would make the framework fail
         # after a restore; a regex: of the user's decides what goes up, not this check.
-        if regex is None and pointer.path in {f.relpath for f in snapshot.files} and not any(
-                f.relpath.startswith(pointer.names + "/") for f in snapshot.files):
+        if (pin.names is not None and regex is None and pin.path in held
+                and not any(f.relpath.startswith(pin.names + "/") for f in snapshot.files)):
             raise SnapshotUnstableError(
-                f"{pointer.path} names {pointer.names}/, which the scan did not find")
+                f"{pin.path} names {pin.names}/, which the scan did not find")
     files = tuple(replace(f, pinned=pins[f.relpath]) if f.relpath in pins else f
                   for f in snapshot.files)
     return replace(snapshot, files=files)
