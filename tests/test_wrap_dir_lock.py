@@ -145,10 +145,12 @@ def test_a_wrapper_refused_by_the_state_lock_leaves_the_checkpoint_dir_alone(tmp
                        "metadata.json": b'{"sharded_backend": "torch_dist"}'})
     (ck / "latest_checkpointed_iteration.txt").write_text("4")
     saving = ck / "iter_0000008"  # the training's next save, under way while it runs
+    training = (f"mkdir {saving} && echo c8 > {saving}/common.pt && echo rank0 > "
+                f"{saving}/__0_0.distcp && echo up > {started}; "
+                f"while [ ! -e {go} ]; do sleep 0.02; done")
     first = subprocess.Popen(
         [*RESCHED, "wrap", "--checkpoint-dir", str(ck), "--node", "n1", "--", "sh", "-c",
-         f"mkdir {saving} && echo c8 > {saving}/common.pt && echo rank0 > {saving}/__0_0.distcp"
-         f" && echo up > {started}; while [ ! -e {go} ]; do sleep 0.02; done"],
+         training],
         cwd=tmp_path, env=child_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for_file(started, timeout=60)

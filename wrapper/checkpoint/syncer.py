@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.dirlock import DirLock
+from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
 from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.snapshot import take_snapshot
 from wrapper.checkpoint.store import CheckpointStore
