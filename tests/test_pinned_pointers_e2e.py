@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,34 @@ def _outcomes(err: Path) -> list[re.Match[str]]:
     return list(OUTCOME.finditer(err.read_text(errors="replace")))
 
 
+def _hold_first_upload(wrapper: subprocess.Popen[bytes], err: Path,
+                       meanwhile: Callable[[], tuple[int, int]], timeout: float = 60.0
+                       ) -> tuple[int, int]:
+    """Wait until the wrapper holds itself inside its first upload, run ``meanwhile``
+    (the training goes on), let the wrapper go on and wait for that upload's outcome;
+    return what ``meanwhile`` returned."""
+    try:
+        _wait(lambda: _state(wrapper.pid) == "T", "the wrapper inside its first upload",
+              timeout)
+        seen = meanwhile()
+        os.kill(wrapper.pid, signal.SIGCONT)
+        _wait(lambda: _outcomes(err), "the outcome of the held upload", timeout)
+        return seen
+    finally:
+        os.kill(wrapper.pid, signal.SIGCONT)
+
+
+def _next_save(folder: Path, layout: str, timeout: float = 60.0) -> Callable[[], tuple[int, int]]:
+    """``meanwhile``: the step the pointer named when the wrapper stopped, and the one it
+    names after the training's next save (a new folder, the pointer rewritten in place)."""
+    def wait() -> tuple[int, int]:
+        at_stop = _step_of(_pointer(folder, layout))
+        _wait(lambda: _step_of(_pointer(folder, layout)) > at_stop, "the training's next save",
+              timeout)
+        return at_stop, _step_of(_pointer(folder, layout))
+    return wait
+
+
 def _finish(tmp_path: Path, wrapper: subprocess.Popen[bytes]) -> None:
     (tmp_path / "stop").touch()
     assert wrapper.wait(timeout=120) == 0, (tmp_path / "wrap.err").read_text()[-3000:]
@@ -109,20 +138,12 @@ def test_a_periodic_upload_commits_though_the_training_saved_during_it(tmp_path:
     # which grow with the folders, short on a loaded machine.
     wrapper, err = _start(tmp_path, layout, "--every", "0.1")
     try:
-        _wait(lambda: _state(wrapper.pid) == "T", "the wrapper inside its first upload")
-        at_stop = _pointer(tmp_path, layout)
-        # the training goes on saving (a new folder, the pointer rewritten in place)
-        _wait(lambda: _step_of(_pointer(tmp_path, layout)) > _step_of(at_stop),
-              "the training's next save")
-        moved_on = _step_of(_pointer(tmp_path, layout))
-        os.kill(wrapper.pid, signal.SIGCONT)
-        _wait(lambda: _outcomes(err), "the outcome of the stopped upload")
+        at_stop, moved_on = _hold_first_upload(wrapper, err, _next_save(tmp_path, layout))
     finally:
-        os.kill(wrapper.pid, signal.SIGCONT)
         _finish(tmp_path, wrapper)
     first = _outcomes(err)[0]
     assert first.group(1) is not None, err.read_text()[-3000:]  # committed, not refused
-    assert int(first.group(1)) <= _step_of(at_stop) < moved_on  # the pointer of the scan
+    assert int(first.group(1)) <= at_stop < moved_on  # the pointer of the scan
     # no round was refused for the pointer (one may be for the wrapper's own records in
     # .resched/, written when the attempt ends while a round runs)
     refused = re.findall(r"changed while it was published \((\S+)", err.read_text())
@@ -138,15 +159,16 @@ def test_a_rotation_deleting_the_uploaded_folder_still_refuses(tmp_path: Path, l
     final one (the training ended, nothing changes) commits what is there. (Slower saves
     than above: a round must first get through an upload before its folders rotate away.)"""
     wrapper, err = _start(tmp_path, layout, "--every", "0.05", "--keep", "3")
-    try:
-        _wait(lambda: _state(wrapper.pid) == "T", "the wrapper inside its first upload")
+
+    def rotated() -> tuple[int, int]:
         at_stop = _step_of(_pointer(tmp_path, layout))
         folder = (f"iter_{at_stop:07d}" if layout == "megatron" else f"global_step{at_stop}")
         _wait(lambda: not (tmp_path / "ck" / folder).exists(), "the rotation")
-        os.kill(wrapper.pid, signal.SIGCONT)
-        _wait(lambda: _outcomes(err), "the outcome of the stopped upload")
+        return at_stop, _step_of(_pointer(tmp_path, layout))
+
+    try:
+        _hold_first_upload(wrapper, err, rotated)
     finally:
-        os.kill(wrapper.pid, signal.SIGCONT)
         _finish(tmp_path, wrapper)
     first = _outcomes(err)[0]
     assert first.group(1) is None, err.read_text()[-3000:]  # refused
@@ -201,16 +223,8 @@ def test_a_real_training_saving_every_step_gets_its_periodic_upload_committed(
     wrapper, _out, err = _real_wrap(tmp_path, "pod1", layout, steps,
                                     RESCHED_CRASHPOINT="publish.after_blobs:SIGSTOP")
     pointer = tmp_path / "pod1" / "ck" / POINTER[layout]
-    try:
-        _wait(lambda: _state(wrapper.pid) == "T", "the wrapper inside its first upload", 240)
-        at_stop = _step_of(_pointer(tmp_path / "pod1", layout))
-        _wait(lambda: _step_of(_pointer(tmp_path / "pod1", layout)) > at_stop,
-              "the framework's next save", 240)
-        moved_on = _step_of(_pointer(tmp_path / "pod1", layout))
-        os.kill(wrapper.pid, signal.SIGCONT)
-        _wait(lambda: _outcomes(err), "the outcome of the held upload", 120)
-    finally:
-        os.kill(wrapper.pid, signal.SIGCONT)
+    at_stop, moved_on = _hold_first_upload(wrapper, err, _next_save(tmp_path / "pod1", layout,
+                                                                   240), 240)
     assert wrapper.wait(timeout=300) == 0, err.read_text()[-3000:]
     first = _outcomes(err)[0]
     assert first.group(1) is not None, err.read_text()[-3000:]  # committed, not refused
