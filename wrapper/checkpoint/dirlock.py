@@ -11,7 +11,8 @@ container), dropped by the kernel when its holder dies. Two purposes:
   processes; held per round);
 - ``wrap``: one ``resched wrap`` owns a directory whose store it owns (``--checkpoint-url``)
   for its whole life: taken before the start-up restore, so a second wrapper is refused
-  with one line before either restores (docs/checkpoint.md, "Start-up restore").
+  with one line before either restores (docs/checkpoint.md, "One wrapper per checkpoint
+  directory").
 """
 
 from __future__ import annotations

@@ -357,7 +357,8 @@ def _deepspeed(folder: Path, names: list[str]) -> LayoutVerdict | None:
     step = _deepspeed_step(folder / tag)
     return LayoutVerdict(Layout.DEEPSPEED, True, step, f"{_DS_LATEST} names {tag}/, which is whole",
                          tuple(torn), why=tuple(why),
-                         pinned=(PinnedFile(_DS_LATEST, raw, tag),) + _deepspeed_helpers(folder, names))
+                         pinned=(PinnedFile(_DS_LATEST, raw, tag),)
+                         + _deepspeed_helpers(folder, names))
 
 
 _DS_LATEST = "latest"
@@ -377,6 +378,8 @@ def _deepspeed_helpers(folder: Path, names: list[str]) -> tuple[PinnedFile, ...]
         if raw:
             found.append(PinnedFile(name, raw, None))
     return tuple(found)
+
+
 _DS_TAG_STEP = re.compile(r"(\d+)$")
 
 

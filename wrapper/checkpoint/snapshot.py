@@ -85,8 +85,9 @@ class LocalFile:
     relpath: str
     full: str  # the file's path as a string (a Path per file cost seconds at 100k files)
     stat: os.stat_result
-    # A pointer file's bytes as the layout read and judged them (layouts.PinnedFile):
-    # uploaded instead of the live file, which the framework rewrites at its next save.
+    # The bytes of a file the framework rewrites at every save (a pointer, DeepSpeed's
+    # recovery scripts) as the layout read and judged them (layouts.PinnedFile): uploaded
+    # instead of the live file, which the next save rewrites in place.
     pinned: bytes | None = None
 
     @property
@@ -248,10 +249,10 @@ def check_unchanged(before: Snapshot) -> None:
     meant no periodic upload ever committed (a Lightning run saving every 0.1 s: every
     publish refused). What it read is what was there at the scan, which the layout
     judged whole; a file of it rewritten, replaced or removed still refuses. A pinned
-    pointer is not re-stated: its bytes were taken at the scan and are what is published,
+    file is not re-stated: its bytes were taken at the scan and are what is published,
     so the framework rewriting it in place at its next save (Megatron's tracker,
-    DeepSpeed's ``latest``) changes nothing of this checkpoint; the folder those bytes
-    name is among the files re-stated."""
+    DeepSpeed's ``latest`` and recovery scripts) changes nothing of this checkpoint; the
+    folder a pointer's bytes name is among the files re-stated."""
     if before.layout_judged:
         changed = [f.relpath for f in before.files if f.pinned is None and not _same_file(f)]
     else:
