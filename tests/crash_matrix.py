@@ -39,6 +39,9 @@ SIGNALS = ("SIGKILL", "SIGINT")
 # restore variants: an empty target (one rename), --force over files (RENAME_EXCHANGE),
 # the journaled roll-forward (forced, as on a mount point), the wrapper's start-up
 VARIANTS = ("empty", "force", "journaled", "startup")
+# publish variants: a marked directory; a Megatron layout whose tracker is rewritten in
+# place during the upload (its bytes as judged at the scan are published: pinned)
+PUBLISH_VARIANTS = ("publish", "pointer")
 
 CHILD = r"""
 import json, os, sys
@@ -50,6 +53,16 @@ from wrapper.checkpoint import CheckpointStore
 store = CheckpointStore(url, retention=2, storage_options=options)
 if action == "publish":
     print(store.publish(path).checkpoint_id)
+elif action == "pointer":
+    # a Megatron layout published by its layout; the training saves again during the
+    # upload (tracker rewritten in place): the tracker's bytes pinned at the scan go up
+    import threading
+    from tests.pointer_fixtures import save_megatron
+    once = threading.Lock()
+    def next_save(_size):
+        if once.acquire(blocking=False):
+            save_megatron(path, 4, size=700)
+    print(store.publish(path, layouts=True, progress=next_save).checkpoint_id)
 elif action == "startup":
     import wrapper.checkpoint.store as store_module
     from wrapper.wrap_checkpoint import CheckpointSession
@@ -93,6 +106,19 @@ def _version(root: Path, step: int) -> dict[str, bytes]:
     return files
 
 
+def _pointer_version(root: Path, step: int) -> dict[str, bytes]:
+    """A Megatron-LM layout (iter_N/ + tracker, no marker): two shards over PACKED_MAX
+    (single blobs) and PACK_MIN_FILES small files beside them (a pack)."""
+    from tests.pointer_fixtures import save_megatron
+
+    for i in range(PACK_MIN_FILES):
+        path = root / "small" / f"s{i:02d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f'{{"step": {step if i % 2 else 0}, "i": {i}}}'.encode())
+    save_megatron(root, step, size=PACKED_MAX + 1 + step)
+    return _tree(root)
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     if not root.is_dir():
         return {}
@@ -134,13 +160,15 @@ def run_scenario(work: Path, backend: str, url: str, step: str, sig: str, varian
     foreign.write_bytes(b"not the store's")
     versions: dict[int, dict[str, bytes]] = {}
     first = step == "publish.after_identity"  # only a store's first publish writes it
+    pointer = variant == "pointer"
+    make = _pointer_version if pointer else _version
     for number in (() if first else (1, 2)):
-        versions[number] = _version(work / f"v{number}", number)
-        store.publish(work / f"v{number}")
-    versions[3] = _version(work / "v3", 3)
+        versions[number] = make(work / f"v{number}", number)
+        store.publish(work / f"v{number}", layouts=pointer)
+    versions[3] = make(work / "v3", 3)
     source_before = _tree(work / "v3")
     if step in PUBLISH_STEPS:
-        done = _child("publish", url, work / "v3", env, f"{step}:{sig}")
+        done = _child(variant, url, work / "v3", env, f"{step}:{sig}")
         fired = _fired(done, sig)
         assert fired or done.returncode == 0, done.stderr[-2000:]
         out = work / "check"
@@ -154,14 +182,23 @@ def run_scenario(work: Path, backend: str, url: str, step: str, sig: str, varian
             assert _tree(out) in published, "latest is not a published version"
             state = "new" if restored.step == 3 else "old"
         assert store.verify().all_ok
-        assert _tree(work / "v3") == source_before and foreign.read_bytes() == b"not the store's"
-        again = store.publish(work / "v3")  # the next run heals
-        assert again.step == 3
+        source_now = _tree(work / "v3")
+        if pointer:  # the training's next save, if the upload got that far, is its own
+            # (it runs in the killed process too: it may have been cut, tracker still 3)
+            saved = {k: v for k, v in source_now.items() if k.startswith("iter_0000004/")}
+            source_now = {k: v for k, v in source_now.items() if k not in saved}
+            assert source_now[TRACKER] in (source_before[TRACKER], b"4")
+            source_now[TRACKER] = source_before[TRACKER]
+            _assert_loads(out, restored)
+        assert source_now == source_before and foreign.read_bytes() == b"not the store's"
+        again = store.publish(work / "v3", layouts=pointer)  # the next run heals
+        assert again.step == (4 if pointer and (work / "v3" / TRACKER).read_bytes() == b"4"
+                              else 3)
         assert all(info.state == "complete" for info in store.list())
         assert store.verify().orphan_blobs == 0
         if local_root is not None:
             assert not [p for p in local_root.rglob("*") if ".resched-tmp-" in p.name]
-        return Row(backend, step, sig, "publish", fired, state, True, 0)
+        return Row(backend, step, sig, variant, fired, state, True, 0)
     # restore steps: v3 is the store's latest; the target holds v2 (or nothing)
     store.publish(work / "v3")
     target = work / "target"
@@ -195,6 +232,21 @@ def run_scenario(work: Path, backend: str, url: str, step: str, sig: str, varian
     return Row(backend, step, sig, variant, fired, state, True, 0)
 
 
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def _assert_loads(out: Path, restored: object) -> None:
+    """What Megatron would load from a restored layout: the tracker names a whole folder
+    that came with it, at the step the store recorded."""
+    if restored is None:
+        return
+    from wrapper.checkpoint.layouts import inspect_layout
+
+    verdict = inspect_layout(out)
+    assert verdict.complete is True, verdict.reason
+    assert verdict.step == restored.step == int((out / TRACKER).read_bytes())  # type: ignore[attr-defined]
+
+
 def _restore_version(store: CheckpointStore, target: Path, work: Path) -> None:
     """Put v2's files into target, as a restore of v2 would (v3 is latest by now)."""
     for path in sorted((work / "v2").rglob("*")):
@@ -206,7 +258,8 @@ def _restore_version(store: CheckpointStore, target: Path, work: Path) -> None:
 
 
 def scenarios() -> list[tuple[str, str, str]]:
-    rows = [(step, sig, "publish") for step in PUBLISH_STEPS for sig in SIGNALS]
+    rows = [(step, sig, variant) for variant in PUBLISH_VARIANTS for step in PUBLISH_STEPS
+            for sig in SIGNALS]
     rows += [(step, sig, variant) for variant in VARIANTS for step in RESTORE_STEPS
              for sig in SIGNALS]
     rows += [("startup.before_restore", sig, "startup") for sig in SIGNALS]

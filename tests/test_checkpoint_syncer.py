@@ -187,8 +187,8 @@ def test_another_process_publishing_the_dir_makes_the_round_skip(tmp_path: Path)
     holder = subprocess.Popen(
         [sys.executable, "-c",
          ("import sys, time; from pathlib import Path; "
-         "from wrapper.checkpoint.syncer import _DirLock; "
-         "lock = _DirLock(Path(sys.argv[1])); lock.acquire(wait_s=0); "
+         "from wrapper.checkpoint.dirlock import DirLock; "
+         "lock = DirLock(Path(sys.argv[1])); lock.acquire(wait_s=0); "
          "print('held', flush=True); time.sleep(30)"), str(folder)],
         cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:

@@ -14,6 +14,8 @@ nodes excluded). Three rules:
   node name would write the same attempt record names, so it is refused with one line.
   Wrappers on other nodes sharing the directory (a multi-node job on a shared file
   system) take other locks and go on; their records carry the node in their names.
+  (With ``--checkpoint-url`` the checkpoint directory's own lock, taken before the
+  start-up restore, comes first: wrapper/checkpoint/dirlock.py.)
 - **Read-only is not fatal.** A state dir that exists but cannot be written (a checkpoint
   mounted read-only) is read for its history, and this run's records go to a private
   temporary directory, with one warning line: the training still starts.

@@ -41,7 +41,7 @@ from wrapper.outcome import (
     write_json_atomic,
 )
 from wrapper.pathcheck import check_path_kind
-from wrapper.state_dir import StateClaim, claim_state_dir, default_state_dir
+from wrapper.state_dir import StateClaim, StateDirBusy, claim_state_dir, default_state_dir
 from wrapper.supervise import SignalRelay
 from wrapper.wrap_checkpoint import CheckpointSession
 
@@ -141,7 +141,9 @@ class _AttemptLoop:
             reset_on_progress=config.reset_on_progress, backoff=config.backoff,
         )
         try:
-            self.checkpoint.restore()  # before the state dir exists: restore wants an empty dir
+            # Before the state dir exists (restore wants an empty dir), but after the
+            # directory's own lock (taken first thing in restore(), kept outside it).
+            self.checkpoint.restore()
         except OSError as error:  # a read-only or full target: the user's to fix, not exit 70
             if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
                                    errno.EDQUOT, errno.ENOTDIR):
@@ -156,7 +158,13 @@ class _AttemptLoop:
             raise WrapConfigError(f"cannot create the state directory {config.state_dir}: "
                                   f"{error.strerror or error}", where="--state-dir",
                                   fix="choose a writable directory with --state-dir") from None
-        self.state = claim_state_dir(config.state_dir, config.node, say)
+        try:
+            self.state = claim_state_dir(config.state_dir, config.node, say)
+        except StateDirBusy:
+            # another wrapper of this node runs here: its checkpoint dir is not ours to
+            # judge, set aside or publish (finish() would do all three)
+            self.checkpoint.abandon()
+            raise
         if self.state.path != config.state_dir:  # read-only: records go to a private copy
             self.config = config = replace(config, state_dir=self.state.path)
             if isinstance(judge, RuleJudge):
@@ -270,6 +278,7 @@ class _AttemptLoop:
     def cleanup(self) -> None:
         if self.state is not None:
             self.state.release()
+        self.checkpoint.release()
         if self._own_heartbeat_dir is not None:
             shutil.rmtree(self._own_heartbeat_dir, ignore_errors=True)
 

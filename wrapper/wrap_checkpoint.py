@@ -44,6 +44,7 @@ class CheckpointSession:
         self._behind: threading.Thread | None = None  # the round started by publish_behind
         self._oneshot: Any = None  # a PeriodicSyncer never started: its lock, no timer
         self._stop_behind = threading.Event()
+        self._owner: Any = None  # the directory's ``wrap`` lock (dirlock.py), held for life
 
     @property
     def active(self) -> bool:
@@ -63,6 +64,7 @@ class CheckpointSession:
         from wrapper.checkpoint import crashpoint
         from wrapper.checkpoint.restore_swap import heal
 
+        self.own()
         self._store = CheckpointStore(str(self.url))
         # A start-up restore that was killed is finished (journaled) or undone (staged)
         # first: never kept half-done, never mistaken for a checkpoint to resume from.
@@ -84,6 +86,37 @@ class CheckpointSession:
         say(f"checkpoint: restored step {result.step} from {self.url}")
         self._synced_step = result.step
         return result.step  # type: ignore[no-any-return]
+
+    def own(self) -> None:
+        """Take the directory's ``wrap`` lock before anything touches it: a second wrapper
+        on the same directory is refused here, with one line, before either heals or
+        restores (the lock lives outside the directory, which restore wants empty, and
+        survives the restore's rename onto it). Refused, this session touches nothing:
+        no set-aside, no final publish of a directory another wrapper owns."""
+        if self._owner is not None or self.local_dir is None:
+            return
+        from wrapper.checkpoint.dirlock import CheckpointDirBusy, own_checkpoint_dir
+        from wrapper.checkpoint.errors import CheckpointError
+
+        try:
+            self._owner = own_checkpoint_dir(self.local_dir)
+        except CheckpointDirBusy:
+            self.abandon()
+            raise
+        except CheckpointError as error:  # no writable lock place: never keeps a training
+            say(f"checkpoint: warning: {error}; going on without the lock that keeps a "
+                "second wrapper off this directory")
+
+    def abandon(self) -> None:
+        """This wrapper does not own the directory (another one does): leave it alone."""
+        self._finished = True
+        self.url = None
+
+    def release(self) -> None:
+        """Drop the directory's lock (the wrapper's very last step, after the final publish)."""
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
 
     def prepare_launch(self, attempt: int, *, when: str = "") -> dict[str, Any]:
         """Before every launch (in place too) and before the final upload: the local

@@ -2,8 +2,10 @@
 
 ``RESCHED_CRASHPOINT=<step>:<SIGNAL>`` (e.g. ``publish.after_manifest:SIGKILL``) makes
 the process send itself that signal when it reaches ``<step>``; ``<step>#N`` waits for
-the N-th time the step is reached (a step inside a loop). The variable is read once, at
-import: when it is unset, :func:`reached` is one comparison with ``None``.
+the N-th time the step is reached (a step inside a loop). ``SIGSTOP`` holds the process
+at the step until a test sends SIGCONT (e.g. to change the directory under a publish at
+an exact point). The variable is read once, at import: when it is unset, :func:`reached`
+is one comparison with ``None``.
 
 The steps, and the invariant that holds after each, are listed in docs/checkpoint.md
 ("Crash consistency, step by step"); ``STEPS`` is the same list, so a test can walk all
@@ -68,6 +70,12 @@ def reached(step: str) -> None:
         _hits += 1
         if _hits != _TARGET[1]:
             return
+    if _TARGET[2] == signal.SIGSTOP:
+        # A test holds the process here. Sent to this very thread: sent to the process,
+        # the main thread takes it and the thread at the step (a publish runs in the
+        # syncer's) ran on for a few ms, past the step, before the group stop reached it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        return
     # SIGINT: Python raises KeyboardInterrupt in the main thread at its next bytecode,
     # i.e. here when the step runs in the main thread (as commit and restore do).
     os.kill(os.getpid(), _TARGET[2])

@@ -77,6 +77,19 @@ class Layout(str, Enum):
 
 
 @dataclass(frozen=True)
+class PinnedFile:
+    """A small file the framework rewrites in place at every save, with the exact bytes
+    this verdict read and judged: a pointer naming the checkpoint resume loads (Megatron's
+    tracker, DeepSpeed's ``latest``), or a helper copied anew by every save (DeepSpeed's
+    ``zero_to_fp32.py``). An upload sends these bytes, never the live file: the next
+    save's rewrite is not a change to the checkpoint judged (docs/checkpoint.md)."""
+
+    path: str  # relative to the checkpoint directory
+    raw: bytes
+    names: str | None  # the folder (relative path) a pointer's bytes name, judged whole
+
+
+@dataclass(frozen=True)
 class LayoutVerdict:
     layout: Layout
     complete: bool | None
@@ -89,6 +102,8 @@ class LayoutVerdict:
     # (link path, target beside it): a pointer the framework lost mid-save and the
     # relaunch puts back (Lightning's save_last="link" removes last.ckpt, then links)
     lost_links: tuple[tuple[str, str], ...] = field(default=())
+    # the files of a complete verdict the framework rewrites at every save, bytes as judged
+    pinned: tuple[PinnedFile, ...] = field(default=())
 
     def why_of(self, relpath: str) -> str:
         return next((why for path, why in self.why if path == relpath), self.reason)
@@ -149,6 +164,7 @@ def _megatron(folder: Path, names: list[str]) -> LayoutVerdict | None:
             sub.reason if newer else verdict.reason,
             verdict.in_progress + sub.in_progress,
             verdict.warnings + sub.warnings,
+            pinned=verdict.pinned + sub.pinned,
         )
     return verdict
 
@@ -161,12 +177,12 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
         return LayoutVerdict(Layout.MEGATRON, False if iters else None, None,
                              f"{len(iters)} iter_* folder(s) but no {where} yet: no iteration "
                              "finished", tuple(prefix + n for n in iters.values()))
-    text = _read_small(tracker)
-    if text is None:
+    raw = _read_small_bytes(tracker)
+    if raw is None:
         return LayoutVerdict(Layout.MEGATRON, None, None, f"{where} cannot be read",
                              warnings=(f"{where} cannot be read (not a regular file, or "
                                        "too large); treating the folder as an unknown layout",))
-    value = text.strip()
+    value = _text(raw).strip()
     if not value:  # Megatron opens it with "w" then writes: empty is a write under way
         # (for good once the training ended: Megatron fails on an empty tracker)
         why = f"{where} is empty: Megatron fails reading it (invalid literal for int())"
@@ -177,7 +193,9 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
         whole = _is_dir(folder / "release") and _checkpoint_dir_complete(folder / "release")
         return LayoutVerdict(Layout.MEGATRON, whole, 0 if whole else None,
                              f"{where} says release" + ("" if whole else
-                                                         " but release/ is not whole"))
+                                                         " but release/ is not whole"),
+                             pinned=(PinnedFile(where, raw, f"{prefix}release"),)
+                             if whole else ())
     if not value.isdigit():
         shown = value[:40].encode("unicode_escape").decode()
         return LayoutVerdict(Layout.MEGATRON, None, None, f"{where} is not a number",
@@ -201,7 +219,8 @@ def _megatron_root(folder: Path, names: list[str], iters: dict[int, str], *, pre
                              "missing or not whole", newer + torn + (where,),
                              why=tuple((p, why) for p in torn + (where,)))
     return LayoutVerdict(Layout.MEGATRON, True, iteration,
-                         f"{where} names iteration {iteration}, {prefix}{name}/ is whole", newer)
+                         f"{where} names iteration {iteration}, {prefix}{name}/ is whole", newer,
+                         pinned=(PinnedFile(where, raw, prefix + name),))
 
 
 def _checkpoint_dir_complete(path: Path) -> bool:
@@ -328,7 +347,8 @@ def _deepspeed(folder: Path, names: list[str]) -> LayoutVerdict | None:
         return LayoutVerdict(Layout.DEEPSPEED, False, None, f"{len(tags)} DeepSpeed tag "
                              f"folder(s) but no {_DS_LATEST} file: load_checkpoint() loads "
                              "nothing", tuple(torn), why=tuple(why))
-    tag = (_read_small(folder / _DS_LATEST) or "").strip()
+    raw = _read_small_bytes(folder / _DS_LATEST) or b""
+    tag = _text(raw).strip()
     if not tag or tag not in tags or tag in torn:
         problem = (f"{_DS_LATEST} names {tag!r}, which is missing or not whole: "
                    "load_checkpoint() would load it and fail")
@@ -336,10 +356,30 @@ def _deepspeed(folder: Path, names: list[str]) -> LayoutVerdict | None:
                              tuple(torn) + (_DS_LATEST,), why=tuple(why) + ((_DS_LATEST, problem),))
     step = _deepspeed_step(folder / tag)
     return LayoutVerdict(Layout.DEEPSPEED, True, step, f"{_DS_LATEST} names {tag}/, which is whole",
-                         tuple(torn), why=tuple(why))
+                         tuple(torn), why=tuple(why),
+                         pinned=(PinnedFile(_DS_LATEST, raw, tag),)
+                         + _deepspeed_helpers(folder, names))
 
 
 _DS_LATEST = "latest"
+# engine.py _copy_recovery_script: rank 0 copies these into the save dir at every save
+# (shutil.copyfile: truncated, then written), always the same bytes of the installed
+# DeepSpeed; load_checkpoint() never reads them.
+_DS_HELPERS = ("zero_to_fp32.py", "zero_to_torch.py")
+_MAX_HELPER_BYTES = 1024 * 1024
+
+
+def _deepspeed_helpers(folder: Path, names: list[str]) -> tuple[PinnedFile, ...]:
+    """The recovery scripts there, as read now (an empty one is a copy under way: not
+    pinned, so a change to it still refuses the upload)."""
+    found = []
+    for name in _DS_HELPERS:
+        raw = _read_small_bytes(folder / name, _MAX_HELPER_BYTES) if name in names else None
+        if raw:
+            found.append(PinnedFile(name, raw, None))
+    return tuple(found)
+
+
 _DS_TAG_STEP = re.compile(r"(\d+)$")
 
 
@@ -643,10 +683,26 @@ def _listdir(path: Path) -> list[str]:
 
 
 def _read_small(path: Path, limit: int = _MAX_TRACKER_BYTES) -> str | None:
+    raw = _read_small_bytes(path, limit)
+    return None if raw is None else _text(raw)
+
+
+def _read_small_bytes(path: Path, limit: int = _MAX_TRACKER_BYTES) -> bytes | None:
+    """A small regular file's bytes (one read: what is judged is what an upload pins)."""
     st = _stat(path)
     if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > limit:
         return None
     try:
-        return path.read_bytes().decode("utf-8", errors="replace")
+        with open(path, "rb", opener=_no_follow) as handle:
+            raw = handle.read(limit + 1)
     except OSError:
         return None
+    return raw if len(raw) <= limit else None
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")

@@ -233,11 +233,13 @@ class _Uploads:
         # Local: two large files at a time (each is a kernel copy plus a hashing thread);
         # object stores: four uploads in flight. On the first failure the files not yet
         # started are cancelled (a full disk fails fast instead of once per file).
-        small = [f for f in files if 0 < f.stat.st_size <= PACKED_MAX]
+        pinned = [f for f in files if f.pinned is not None]  # bytes in hand, not on disk
+        read = [f for f in files if f.pinned is None]
+        small = [f for f in read if 0 < f.stat.st_size <= PACKED_MAX]
         if len(small) < PACK_MIN_FILES:
             small = []  # a few small files: one blob each (format 1)
         packed = {f.relpath for f in small}
-        large = [f for f in files if f.relpath not in packed]
+        large = [f for f in read if f.relpath not in packed]
         workers = (_workers_for(sum(f.stat.st_size for f in large), len(large))
                    if self.store.is_local else 4)
         if small:  # reading small files is mostly Python: more threads only fight for the GIL
@@ -246,6 +248,7 @@ class _Uploads:
         try:
             futures = [pool.submit(self._one, file) for file in large]
             entries = {entry.path: entry for entry in self._pack(small, pool)}
+            entries.update((file.relpath, self._send_pinned(file)) for file in pinned)
             entries.update((future.result().path, future.result()) for future in futures)
             return tuple(entries[file.relpath] for file in files)
         finally:
@@ -307,6 +310,22 @@ class _Uploads:
         """The packs ``entries`` name, each once, in order of first use."""
         named = dict.fromkeys(e.pack for e in entries if e.pack is not None)
         return tuple(Pack(sha, self.pack_sizes[sha]) for sha in named if sha is not None)
+
+    def _send_pinned(self, file: LocalFile) -> FileEntry:
+        """A file pinned at the scan (a pointer, snapshot._pin): the bytes the layout judged
+        then, never the live file, which the training may have rewritten since."""
+        data = file.pinned or b""
+        sha = hashlib.sha256(data).hexdigest()
+        if not self._provided(sha, len(data)):
+            blob = self.store.write_blob(blob_key(sha), data)
+            with self._count_lock:
+                if blob is not None:
+                    self.written.append(blob)
+                self.sent_files += 1
+                self.sent_bytes += len(data)
+            crashpoint.reached("publish.after_blob")
+        self._tick(len(data))
+        return FileEntry(file.relpath, len(data), sha)
 
     def _one(self, file: LocalFile) -> FileEntry:
         try:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wrapper.checkpoint.errors import CheckpointError, SnapshotUnstableError, UnsafePathError
-from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, inspect_layout
+from wrapper.checkpoint.layouts import TORN_DIR, UNKNOWN, Layout, PinnedFile, inspect_layout
 from wrapper.checkpoint.links import sibling_target
 from wrapper.checkpoint.marker import (
     MARKER_NAME,
@@ -85,6 +85,10 @@ class LocalFile:
     relpath: str
     full: str  # the file's path as a string (a Path per file cost seconds at 100k files)
     stat: os.stat_result
+    # The bytes of a file the framework rewrites at every save (a pointer, DeepSpeed's
+    # recovery scripts) as the layout read and judged them (layouts.PinnedFile): uploaded
+    # instead of the live file, which the next save rewrites in place.
+    pinned: bytes | None = None
 
     @property
     def path(self) -> Path:
@@ -244,9 +248,13 @@ def check_unchanged(before: Snapshot) -> None:
     publish takes adds the next step's files meanwhile, and counting those as a change
     meant no periodic upload ever committed (a Lightning run saving every 0.1 s: every
     publish refused). What it read is what was there at the scan, which the layout
-    judged whole; a file of it rewritten, replaced or removed still refuses."""
+    judged whole; a file of it rewritten, replaced or removed still refuses. A pinned
+    file is not re-stated: its bytes were taken at the scan and are what is published,
+    so the framework rewriting it in place at its next save (Megatron's tracker,
+    DeepSpeed's ``latest`` and recovery scripts) changes nothing of this checkpoint; the
+    folder a pointer's bytes name is among the files re-stated."""
     if before.layout_judged:
-        changed = [f.relpath for f in before.files if not _same_file(f)]
+        changed = [f.relpath for f in before.files if f.pinned is None and not _same_file(f)]
     else:
         after = take_snapshot(before.directory, before.selection)
         changed = sorted({s[0] for s in after.signature ^ before.signature})
@@ -332,8 +340,8 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
                           torn_root=f"{TORN_DIR}/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now / 1e9))}")
     snapshot = take_snapshot(directory, selection)
     again = inspect_layout(directory)
-    if (again.complete, again.step, again.in_progress) != (
-            first.complete, first.step, first.in_progress):
+    if (again.complete, again.step, again.in_progress, again.pinned) != (
+            first.complete, first.step, first.in_progress, first.pinned):
         raise SnapshotUnstableError(
             f"{first.layout.value} checkpoint changed while it was scanned ({first.reason} -> "
             f"{again.reason})")
@@ -342,8 +350,30 @@ def prepare_snapshot(directory: Path, *, final: bool = False, settle_s: float = 
             raise SnapshotUnstableError(f"{first.layout.value} layout: {first.reason}")
         return Prepared(payload(snapshot), None, False, first.layout.value,
                         first.reason, first.warnings)
+    snapshot = _pin(snapshot, first.pinned, regex)
     return Prepared(payload(replace(snapshot, layout_judged=True)), first.step, True,
                     first.layout.value, first.reason, first.warnings)
+
+
+def _pin(snapshot: Snapshot, pinned: tuple[PinnedFile, ...], regex: str | None) -> Snapshot:
+    """The snapshot with each file the framework rewrites at every save carrying the bytes
+    the layout judged (read before the scan and again, identical, after it: the folder a
+    pointer names was whole on both sides of the scan and its files are in the snapshot,
+    re-stated after the upload)."""
+    if not pinned:
+        return snapshot
+    pins = {pin.path: pin.raw for pin in pinned}
+    held = {f.relpath for f in snapshot.files}
+    for pin in pinned:
+        # A pointer whose folder the upload does not hold would make the framework fail
+        # after a restore; a regex: of the user's decides what goes up, not this check.
+        if (pin.names is not None and regex is None and pin.path in held
+                and not any(f.relpath.startswith(pin.names + "/") for f in snapshot.files)):
+            raise SnapshotUnstableError(
+                f"{pin.path} names {pin.names}/, which the scan did not find")
+    files = tuple(replace(f, pinned=pins[f.relpath]) if f.relpath in pins else f
+                  for f in snapshot.files)
+    return replace(snapshot, files=files)
 
 
 def checkpoint_step(directory: Path | None) -> int | None:

@@ -16,18 +16,14 @@ from running at once, also across processes.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
+from wrapper.checkpoint.dirlock import DirLock
 from wrapper.checkpoint.errors import CheckpointBusyError, CheckpointError, SnapshotUnstableError
-from wrapper.checkpoint.hashing import cache_dir, dir_key
 from wrapper.checkpoint.results import PublishResult
 from wrapper.checkpoint.snapshot import take_snapshot
 from wrapper.checkpoint.store import CheckpointStore
@@ -108,7 +104,7 @@ class PeriodicSyncer:
         """One round: publish if the directory changed and is complete. Never raises
         for store or snapshot trouble (it is recorded and logged instead)."""
         self.last_skip = None
-        with self._in_process, _DirLock(self.local_dir) as lock:
+        with self._in_process, DirLock(self.local_dir) as lock:
             try:
                 if not lock.acquire(wait_s=self.final_wait_s if final else 0.0):
                     return self._skip("busy: another process is publishing this directory")
@@ -146,44 +142,3 @@ class PeriodicSyncer:
         if why.startswith(("incomplete", "busy")):
             self._log(f"publish skipped: {why}")
         return None
-
-
-class _DirLock:
-    """An fcntl lock on ``<cache>/locks/<dir key>.lock`` for one local directory (in the
-    temp dir when the cache dir is not writable, e.g. a read-only home in a container)."""
-
-    def __init__(self, directory: Path) -> None:
-        name = f"{dir_key(directory)}.lock"
-        self._paths = (cache_dir() / "locks" / name,
-                       Path(tempfile.gettempdir()) / f"resched-locks-{os.getuid()}" / name)
-        self._handle: IO[bytes] | None = None
-
-    def __enter__(self) -> _DirLock:  # noqa: PYI034 (py3.10 has no typing.Self)
-        return self
-
-    def acquire(self, *, wait_s: float) -> bool:
-        for path in self._paths:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._handle = path.open("ab")
-                break
-            except OSError:
-                continue
-        if self._handle is None:
-            raise CheckpointError(f"cannot create a lock file in {self._paths[0].parent} or "
-                                  f"{self._paths[1].parent}",
-                                  fix="set RESCHED_CACHE_DIR to a writable directory")
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing drops the flock
-            self._handle = None
