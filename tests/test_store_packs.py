@@ -266,3 +266,27 @@ def test_marker_covers_agrees_with_a_scan(tmp_path: Path) -> None:
              + ".commit", "d/.resched-restore-" + "c" * 32 + ".commit", "a.resched-tmp-1/y"]
     write_tree(tmp_path, {name: b"1" for name in names})
     assert {name for name in names if marker_covers(name)} == set(checkpoint_files(tmp_path))
+
+
+@pytest.mark.parametrize("path", ["", "/", "a", "a/b", "/a", "a/", "a//b", ".", "..", "./a",
+                                  "a/.", "a/..", "..a", "a..", ".a/b", "a\\b", "a\x00b",
+                                  "\udcff", "\ud800", "é/ü", "a/./b", "...", 5, None])
+def test_the_bulk_manifest_check_accepts_and_refuses_what_the_entry_check_does(path: object
+                                                                               ) -> None:
+    # A 100k-entry manifest is checked in bulk (manifest._entries); it must accept
+    # exactly the entries _entry accepts, and build the same ones.
+    from wrapper.checkpoint.manifest import Pack, _entries, _entry
+
+    packs, sha = (Pack("a" * 64, 100),), "b" * 64
+    for item in ([path, 3, sha], [path, 3, sha, 0, 10], [path, 3, sha + "\n"],
+                 [path, True, sha], [path, 3, sha, 0, 98], [path, 3, sha, 1, 0],
+                 [path, 3, "B" * 64], [path, 3]):
+        items = [["ok", 1, sha], item]
+        outcomes = []
+        for check in (lambda: tuple(_entry(i, packs, "m") for i in items),
+                      lambda: _entries(items, packs, "m")):
+            try:
+                outcomes.append(check())
+            except (CheckpointError, ValueError, TypeError) as error:
+                outcomes.append(type(error))
+        assert outcomes[0] == outcomes[1], item
