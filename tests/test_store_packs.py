@@ -229,3 +229,64 @@ def test_packs_round_trip_on_s3(s3_server: S3Server, tmp_path: Path) -> None:  #
     assert not fs.exists(blob_key(first_pack))  # collected: no kept manifest names it
     store.restore(tmp_path / "out2")
     assert read_tree(tmp_path / "out2") == fresh
+
+
+def test_a_restore_stamps_the_marker_with_what_a_scan_of_the_tree_finds(tmp_path: Path) -> None:
+    # The restore re-stamps the marker from the fstat of each file it wrote, not from a
+    # second walk: the list must be exactly what checkpoint_files() would record, with
+    # the names the marker leaves out (temp files, .resched/, restore leftovers) too.
+    from wrapper.checkpoint.marker import checkpoint_files, marker_data
+    from wrapper.checkpoint.snapshot import check_publishable, take_snapshot
+
+    files = _small_tree(PACK_MIN_FILES + 4)
+    files.update({"deep/er/x.bin": b"x", "d0/keep.resched-tmp-1": b"t",
+                  ".resched/state.json": b"{}", "top.resched-tmp-2": b"t",
+                  ".resched-restore-" + "a" * 32 + "/f": b"l"})
+    store = CheckpointStore(f"file://{tmp_path}/store")
+    src = tmp_path / "src"
+    write_tree(src, files)
+    mark_complete(src, 7)
+    store.publish(src)
+    manifest = _latest(store)
+    out = tmp_path / "out"
+    assert store.restore(out) is not None
+    stamped = (marker_data(out) or {})["files"]
+    assert stamped == checkpoint_files(out)
+    names = {e.path for e in manifest.files}
+    assert {"deep/er/x.bin", "d0/f000.json"} <= set(stamped) and not set(stamped) - names
+    assert (marker_data(out) or {})["step"] == 7
+    check_publishable(take_snapshot(out), now_ns=0, settle_s=0)  # publishable again
+
+
+def test_marker_covers_agrees_with_a_scan(tmp_path: Path) -> None:
+    from wrapper.checkpoint.marker import MARKER_NAME, checkpoint_files, marker_covers
+
+    names = ["a.bin", "d/a.bin", "d/.resched/x", ".resched/x", "d/x.resched-tmp-1",
+             "x.resched-tmp-1", MARKER_NAME, f"d/{MARKER_NAME}", ".resched-restore-" + "b" * 32
+             + ".commit", "d/.resched-restore-" + "c" * 32 + ".commit", "a.resched-tmp-1/y"]
+    write_tree(tmp_path, {name: b"1" for name in names})
+    assert {name for name in names if marker_covers(name)} == set(checkpoint_files(tmp_path))
+
+
+@pytest.mark.parametrize("path", ["", "/", "a", "a/b", "/a", "a/", "a//b", ".", "..", "./a",
+                                  "a/.", "a/..", "..a", "a..", ".a/b", "a\\b", "a\x00b",
+                                  "\udcff", "a\ud800b", "é/ü", "a/./b", "...", 5, None])
+def test_the_bulk_manifest_check_accepts_and_refuses_what_the_entry_check_does(path: object
+                                                                               ) -> None:
+    # A 100k-entry manifest is checked in bulk (manifest._entries); it must accept
+    # exactly the entries _entry accepts, and build the same ones.
+    from wrapper.checkpoint.manifest import Pack, _entries, _entry
+
+    packs, sha = (Pack("a" * 64, 100),), "b" * 64
+    for item in ([path, 3, sha], [path, 3, sha, 0, 10], [path, 3, sha + "\n"],
+                 [path, True, sha], [path, 3, sha, 0, 98], [path, 3, sha, 1, 0],
+                 [path, 3, "B" * 64], [path, 3]):
+        items = [["ok", 1, sha], item]
+        outcomes = []
+        for check in (lambda found: tuple(_entry(i, packs, "m") for i in found),
+                      lambda found: _entries(found, packs, "m")):
+            try:
+                outcomes.append(check(items))
+            except (CheckpointError, ValueError, TypeError) as error:
+                outcomes.append(type(error))
+        assert outcomes[0] == outcomes[1], item

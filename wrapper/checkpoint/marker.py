@@ -19,6 +19,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,38 @@ def marker_data(directory: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def restamp_marker(directory: str | Path) -> None:
+def restamp_marker(directory: str | Path,
+                   files: Iterable[tuple[str, list[int]]] | None = None) -> None:
     """Re-record the file list of an existing marker (after a verified restore wrote the
-    same files anew: new inodes and times, same content). Keeps step and time."""
+    same files anew: new inodes and times, same content). Keeps step and time.
+
+    ``files``: (relative path, [size, mtime_ns, inode]) of EVERY regular file in
+    ``directory``, when the caller knows them (a restore's staged tree, each file
+    fstat-ed as it was written: no second walk of 100k files); the marker's own rules
+    (which files it covers) are applied to them here. None: the folder is scanned."""
     data = marker_data(directory)
     step = data.get("step") if data else None
     if data is not None and not isinstance(step, bool) and isinstance(step, int) and step >= 0:
-        _write_marker(Path(directory), {"step": step, "time": data.get("time")})
+        listed = None if files is None else {path: stats for path, stats in files
+                                             if marker_covers(path)}
+        _write_marker(Path(directory), {"step": step, "time": data.get("time")}, listed)
+
+
+def _skipped_top_folder(name: str) -> bool:
+    return name == STATE_DIR or is_restore_leftover(name)
+
+
+def _skipped_file(name: str, at_top: bool) -> bool:
+    return TEMP_TAG in name or (at_top and (name == MARKER_NAME or is_restore_leftover(name)))
+
+
+def marker_covers(relpath: str) -> bool:
+    """Whether the marker lists the regular file ``relpath`` ("/"-separated): the rules
+    of :func:`checkpoint_files`, for one path."""
+    top, inside, _ = relpath.partition("/")
+    if inside and _skipped_top_folder(top):
+        return False
+    return not _skipped_file(relpath.rpartition("/")[2], not inside)
 
 
 def checkpoint_files(folder: Path) -> dict[str, list[int]]:
@@ -85,13 +111,12 @@ def checkpoint_files(folder: Path) -> dict[str, list[int]]:
         for entry in entries:
             name = entry.name
             if entry.is_dir(follow_symlinks=False):
-                if not (at_top and (name == STATE_DIR or is_restore_leftover(name))):
+                if not (at_top and _skipped_top_folder(name)):
                     pending.append((entry.path, f"{prefix}{name}/"))
                 continue
             if entry.is_symlink() and entry.is_dir():
                 continue  # as os.walk: a link to a folder is neither listed nor entered
-            if TEMP_TAG in name or (at_top and (name == MARKER_NAME
-                                                or is_restore_leftover(name))):
+            if _skipped_file(name, at_top):
                 continue
             st = entry.stat(follow_symlinks=False)
             if entry.is_symlink():  # a link to a file beside it is published as that file
@@ -101,8 +126,9 @@ def checkpoint_files(folder: Path) -> dict[str, list[int]]:
     return found
 
 
-def _write_marker(folder: Path, data: dict[str, Any]) -> None:
-    data["files"] = checkpoint_files(folder)
+def _write_marker(folder: Path, data: dict[str, Any],
+                  files: dict[str, list[int]] | None = None) -> None:
+    data["files"] = checkpoint_files(folder) if files is None else files
     target = folder / MARKER_NAME
     tmp = folder / f".{MARKER_NAME}{TEMP_TAG}{os.getpid()}"
     with open(tmp, "wb") as handle:

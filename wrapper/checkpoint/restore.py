@@ -106,52 +106,67 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
     staging = Staging(target, {entry.path for entry in files})
     try:
         root = os.fspath(staging.root)
-        staged = [f"{root}/{entry.path}" for entry in files]
-        folders = sorted(_with_ancestors({os.path.dirname(path) for path in staged}, root))
-        for folder in folders:  # each once, parents first: no mkdir per file
+        # every folder once, parents first (string work on relative paths: no dirname
+        # or makedirs per file of 100k)
+        relfolders = _with_ancestors({entry.path.rpartition("/")[0] for entry in files})
+        folders = [f"{root}/{folder}" for folder in sorted(relfolders)]
+        for folder in folders:
             os.makedirs(folder, exist_ok=True)
         single = [e for e in files if e.pack is None]
         first: dict[str, int] = {}  # sha256 -> index of the entry that downloads it
         for index, entry in enumerate(single):
             first.setdefault(entry.sha256, index)
 
-        def fetch(index: int) -> None:
-            _fetch_one(store, single[index], staging.path(single[index].path), progress)
+        def fetch(index: int) -> list[Staged]:
+            stats = _fetch_one(store, single[index], staging.path(single[index].path), progress)
             crashpoint.reached("restore.after_file")
+            return [(single[index].path, stats)]
 
-        def unpack(part: tuple[Pack, list[FileEntry]]) -> None:
-            _stage_packed(store, part[0], part[1], root, progress)
+        def unpack(part: tuple[Pack, list[FileEntry]]) -> list[Staged]:
+            return _stage_packed(store, part[0], part[1], root, progress)
 
         workers = (_workers_for(manifest.total_bytes, len(files))
                    if store.is_local else 4)
         ranges = pack_ranges([e for e in files if e.pack is not None], manifest.packs)
+        staged: list[Staged] = []
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get")
         try:
             done = [pool.submit(unpack, part) for part in ranges]
             done += [pool.submit(fetch, index) for index in sorted(first.values())]
             for future in done:
-                future.result()
+                staged += future.result()
         finally:  # a damaged file stops the tasks not yet started; the rest end first
             pool.shutdown(wait=True, cancel_futures=True)
         for index, entry in enumerate(single):  # same content again: copy, verified
             if first[entry.sha256] != index:
-                shutil.copyfile(staging.path(single[first[entry.sha256]].path),
-                                staging.path(entry.path))
+                copy = staging.path(entry.path)
+                shutil.copyfile(staging.path(single[first[entry.sha256]].path), copy)
+                staged.append((entry.path, _stats(os.lstat(copy))))
         # durable before they replace anything (files, then their folders)
-        fsync_files(staged, folders=folders + [root])
+        fsync_files([f"{root}/{entry.path}" for entry in files], folders=folders + [root],
+                    parents_listed=True)
     except BaseException:
         staging.discard()
         raise
-    staging.swap()
+    staging.swap(staged)
 
 
-def _with_ancestors(folders: set[str], root: str) -> set[str]:
-    """``folders`` and every folder between them and ``root`` (``root`` left out)."""
+# (relative path, [size, mtime_ns, inode]) of one staged file: the marker's file list
+# is re-stamped from these (marker.restamp_marker), not from a second walk of the tree
+Staged = tuple[str, list[int]]
+
+
+def _stats(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def _with_ancestors(folders: set[str]) -> set[str]:
+    """The relative ``folders`` and every folder above them ("" left out)."""
     found: set[str] = set()
     for folder in folders:
-        while folder != root and folder not in found:
+        while folder and folder not in found:
             found.add(folder)
-            folder = os.path.dirname(folder)
+            folder = folder.rpartition("/")[0]
     return found
 
 
@@ -166,11 +181,19 @@ def _is_empty_dir(target: Path) -> bool:
         return next(entries, None) is None
 
 
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def _stage_packed(store: StoreFS, pack: Pack, part: list[FileEntry], root: str,
-                  progress: Progress | None) -> None:
+                  progress: Progress | None) -> list[Staged]:
     """Write the files of one byte range of one pack into the staging folder ``root``:
     the range is read once; each file is hashed from memory and written only if its
-    sha256 matches the manifest (else this checkpoint is unusable)."""
+    sha256 matches the manifest (else this checkpoint is unusable).
+
+    The loop runs once per small file (100k of them): each file is created relative to
+    its folder's descriptor (one name to look up, not the whole path) and fstat-ed
+    before it is closed (for the marker's list), and nothing else is done per file."""
     start, end = part[0].offset, max(e.offset + e.size for e in part)
     try:
         data = store.retry.call(
@@ -182,27 +205,44 @@ def _stage_packed(store: StoreFS, pack: Pack, part: list[FileEntry], root: str,
         raise _Unusable(f"pack {pack.sha256[:12]} holds fewer bytes than its manifest says "
                         f"({part[0].path})")
     view = memoryview(data)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    for entry in part:
-        chunk = view[entry.offset - start:entry.offset - start + entry.size]
-        if hashlib.sha256(chunk).hexdigest() != entry.sha256:
-            raise _Unusable(f"{entry.path} does not match its manifest (its bytes in pack "
-                            f"{pack.sha256[:12]} hash differently)")
-        fd = os.open(f"{root}/{entry.path}", flags, 0o644)
-        try:
-            while chunk:
-                chunk = chunk[os.write(fd, chunk):]
-        finally:
-            os.close(fd)
-        if progress:
-            progress(entry.size)
-        crashpoint.reached("restore.after_file")
+    sha256, write, fstat, close = hashlib.sha256, os.write, os.fstat, os.close
+    staged: list[Staged] = []
+    folders: dict[str, int] = {}  # relative folder -> its descriptor, for this range
+    try:
+        for entry in part:
+            at = entry.offset - start
+            chunk = view[at:at + entry.size]
+            if sha256(chunk).hexdigest() != entry.sha256:
+                raise _Unusable(f"{entry.path} does not match its manifest (its bytes in "
+                                f"pack {pack.sha256[:12]} hash differently)")
+            folder, _, name = entry.path.rpartition("/")
+            folder_fd = folders.get(folder)
+            if folder_fd is None:
+                folder_fd = folders[folder] = os.open(f"{root}/{folder}" if folder else root,
+                                                      _FOLDER)
+            fd = os.open(name, _CREATE, 0o644, dir_fd=folder_fd)
+            try:
+                while chunk:
+                    chunk = chunk[write(fd, chunk):]
+                st = fstat(fd)
+            finally:
+                close(fd)
+            staged.append((entry.path, [st.st_size, st.st_mtime_ns, st.st_ino]))
+            if progress:
+                progress(entry.size)
+            crashpoint.reached("restore.after_file")
+    finally:
+        for folder_fd in folders.values():
+            close(folder_fd)
+    return staged
 
 
-def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None) -> None:
+def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress | None
+               ) -> list[int]:
+    """Download one file's own blob to ``tmp``, verified; its [size, mtime_ns, inode]."""
     tmp.parent.mkdir(parents=True, exist_ok=True)
 
-    def attempt() -> tuple[int, str]:
+    def attempt() -> tuple[int, str, list[int]]:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         if store.is_local:  # safe open (regular file, no links), one read per byte
             src_fd = store.open_blob(blob_key(entry.sha256), entry.size)
@@ -213,24 +253,27 @@ def _fetch_one(store: StoreFS, entry: FileEntry, tmp: Path, progress: Progress |
                     copy = copy_small if entry.size <= SMALL_FILE else copy_and_digest
                     copied, sha = copy(src_fd, dst_fd, entry.size, progress)
                     after = os.fstat(src_fd)
+                    written = _stats(os.fstat(dst_fd))
                 finally:
                     os.close(dst_fd)
                 if stat_key(after) != stat_key(before):
                     raise UnsafeBlobError(f"blob of {entry.path} changed while it was read")
-                return copied, sha
+                return copied, sha, written
             finally:
                 os.close(src_fd)
         with store.open_read(blob_key(entry.sha256)) as src, \
                 os.fdopen(os.open(tmp, flags, 0o644), "wb") as dst:
-            return copy_hashing(src, dst, progress, limit=entry.size)
+            copied, sha = copy_hashing(src, dst, progress, limit=entry.size)
+        return copied, sha, _stats(os.lstat(tmp))  # closed: every byte written
 
     try:
-        size, sha = store.retry.call(attempt, what=f"download {entry.path}")
+        size, sha, written = store.retry.call(attempt, what=f"download {entry.path}")
     except StoreOperationError as error:
         raise _Unusable(f"{entry.path}: {error}") from None
     if size != entry.size or sha != entry.sha256:
         raise _Unusable(f"{entry.path} does not match its manifest (size {size} vs "
                         f"{entry.size}, sha256 {sha[:12]} vs {entry.sha256[:12]})")
+    return written
 
 
 _safe_destination = safe_destination  # stage.py's name for it

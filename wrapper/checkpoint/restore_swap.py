@@ -31,6 +31,7 @@ import re
 import shutil
 import stat
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 from wrapper.checkpoint import crashpoint
@@ -85,12 +86,16 @@ class Staging:
     def path(self, relpath: str) -> Path:
         return self.root / relpath
 
-    def swap(self) -> None:
-        """Put the verified, fsynced staging folder in place (see the module docstring)."""
+    def swap(self, staged: Iterable[tuple[str, list[int]]] | None = None) -> None:
+        """Put the verified, fsynced staging folder in place (see the module docstring).
+        ``staged``: (relative path, [size, mtime_ns, inode]) of every file the restore
+        wrote into the staging folder, for the marker's file list (None: scan for it)."""
         crashpoint.reached("restore.after_verify")
         if self.atomic:
             try:
-                restamp_marker(self.root)  # same inodes after the rename of the folder
+                # same inodes after the rename of the folder; after an exchange the
+                # target's other files (hard links) belong to the list too: scan them
+                restamp_marker(self.root, None if self.others else staged)
                 if self.others:
                     _exchange(self.root, self.target)
                 else:

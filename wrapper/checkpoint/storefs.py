@@ -492,9 +492,15 @@ SYNCFS_FROM = 256
 
 
 def fsync_files(paths: Sequence[str | os.PathLike[str]],
-                folders: Iterable[str | os.PathLike[str]] = ()) -> None:
-    """Make written files, their directory entries and ``folders`` durable."""
-    if len(paths) >= SYNCFS_FROM and _syncfs_all(paths):
+                folders: Iterable[str | os.PathLike[str]] = (), *,
+                parents_listed: bool = False) -> None:
+    """Make written files, their directory entries and ``folders`` durable.
+    ``parents_listed``: ``folders`` already holds the folder of every path (a restore's
+    staged tree), so no dirname is taken per file."""
+    every = {os.fspath(folder) for folder in folders}
+    if not parents_listed:
+        every |= {os.path.dirname(os.fspath(path)) for path in paths}
+    if len(paths) >= SYNCFS_FROM and _syncfs_all(every):
         return
     for path in paths:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -502,14 +508,14 @@ def fsync_files(paths: Sequence[str | os.PathLike[str]],
             os.fsync(fd)
         finally:
             os.close(fd)
-    for folder in {os.path.dirname(os.fspath(path)) for path in paths} | {
-            os.fspath(folder) for folder in folders}:
+    for folder in every:
         _fsync_dir(Path(folder))
 
 
-def _syncfs_all(paths: Sequence[str | os.PathLike[str]]) -> bool:
-    """syncfs(2) once per filesystem the files live on (Linux); False where it is not
-    available, and the caller fsyncs file by file."""
+def _syncfs_all(folders: Iterable[str]) -> bool:
+    """syncfs(2) once per filesystem the ``folders`` (every folder a written file lies
+    in) live on (Linux); False where it is not available, and the caller fsyncs file by
+    file."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -520,7 +526,7 @@ def _syncfs_all(paths: Sequence[str | os.PathLike[str]]) -> bool:
     except (OSError, AttributeError):
         return False
     devices: dict[int, str] = {}
-    for folder in {os.path.dirname(os.fspath(path)) for path in paths}:  # a stat per folder
+    for folder in folders:  # a stat per folder
         devices.setdefault(os.lstat(folder).st_dev, folder)
     for folder in devices.values():
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
