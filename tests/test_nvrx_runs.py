@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_one_judge import classify_path, wrap_path
+from tests.test_one_judge import assert_decided_alike, classify_path, wrap_path
 from wrapper.judge import RuleJudge
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,9 +88,6 @@ def test_classify_and_wrap_decide_alike_on_each_run(entry: dict[str, Any], judge
             "signal": entry.get("signal"), "launcher": entry["launcher"]}
     by_classify = classify_path(case, judge)
     by_wrap = wrap_path(case, judge, tmp_path)
-    assert (by_wrap.rule_id, by_wrap.category, str(by_wrap.decision)) == (
-        by_classify.rule_id, by_classify.category, str(by_classify.decision)), (
-        by_classify.why_won, by_wrap.why_won)
-    assert by_wrap.finished_by == by_classify.finished_by
+    assert_decided_alike(by_classify, by_wrap)
     if not entry.get("known_miss"):  # and `wrap` is right where `classify` is
         assert str(by_wrap.decision) == entry["label"], by_wrap.why_won

@@ -28,10 +28,11 @@ import yaml
 
 from tests.supervise_fixtures import REPO, child_env
 from wrapper.attempt import AttemptRunner, _ScanFeed
+from wrapper.classifier.diagnosis import Diagnosis
+from wrapper.classifier.verdict import classify_artifacts
 from wrapper.config import WrapConfig
 from wrapper.judge import RuleJudge
 from wrapper.supervise import SignalRelay, SupervisedRun
-from wrapper.classifier.verdict import classify_artifacts
 
 FIXTURES = Path(__file__).parent / "fixtures"
 _BLOCK = 64 * 1024  # a pipe's worth of output per feed
@@ -124,8 +125,11 @@ def judge(tmp_path_factory: pytest.TempPathFactory) -> RuleJudge:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_classify_and_wrap_decide_alike(case: dict[str, Any], judge: RuleJudge, tmp_path: Path) -> None:
-    by_classify = classify_path(case, judge)
-    by_wrap = wrap_path(case, judge, tmp_path)
+    assert_decided_alike(classify_path(case, judge), wrap_path(case, judge, tmp_path))
+
+
+def assert_decided_alike(by_classify: Diagnosis, by_wrap: Diagnosis) -> None:
+    """The same rule, category, decision and finish evidence on both paths."""
     assert (by_wrap.rule_id, by_wrap.category, str(by_wrap.decision)) == (
         by_classify.rule_id, by_classify.category, str(by_classify.decision)), (
         by_classify.why_won, by_wrap.why_won)

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_EXCEPTION_RE = re.compile(
+# an exception line that closes a traceback: the class (dotted) and its message
+EXCEPTION_LINE = re.compile(
     r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error\w*)"
     r"(?::\s?(.*))?$"
 )
@@ -155,7 +156,7 @@ def _int_or_none(text: str | None) -> int | None:
 
 def split_exception(message: str) -> tuple[str | None, str]:
     """``"KeyError: 'x'"`` -> ``("KeyError", "'x'")``; not an exception line -> (None, message)."""
-    found = _EXCEPTION_RE.match(message.strip())
+    found = EXCEPTION_LINE.match(message.strip())
     if not found:
         return None, message
     return found.group(1), (found.group(2) or "").strip()

@@ -15,16 +15,14 @@ docs.python.org/3/library/sys.html#sys.unraisablehook.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from wrapper.classifier.launcher_logs import EXCEPTION_LINE
 from wrapper.classifier.line_prefix import search
 from wrapper.classifier.rules import RuleSet
 from wrapper.classifier.scanner import LogHit
 
 IGNORED_RULE = "exception-ignored"
-# an exception line: the class (dotted, a builtin or a library's) and its message
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$)")
 _MAX_BLOCK_LINES = 200  # a traceback longer than this is cut off: the block ends there
 
 
@@ -41,7 +39,7 @@ def without_ignored(rules: RuleSet, hits: Sequence[LogHit]) -> list[LogHit]:
         later = sorted((h for h in hits if h.stream == start.stream and h.seq > start.seq
                         and start.lineno < h.lineno <= start.lineno + _MAX_BLOCK_LINES
                         and h.rule_id not in ignored_ids), key=lambda h: h.seq)
-        closing = next((h for h in later if search(_EXCEPTION_LINE, h.text)), None)
+        closing = next((h for h in later if search(EXCEPTION_LINE, h.text)), None)
         end = closing.lineno if closing is not None else start.lineno
         dropped.update(id(h) for h in later if h.lineno <= end)
     return [hit for hit in hits if id(hit) not in dropped]
