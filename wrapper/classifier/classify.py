@@ -159,15 +159,15 @@ def _teardown_reading(evidence: Evidence, report: LauncherReport, rules: RuleSet
     if as_exit_0 is None or as_exit_0.decision is not Decision.COMPLETE:
         return None
     line = hit_line(exiting)
+    status = _status_text(evidence, report)
     after = ("resched's hang detector stopped it" if evidence.hung
              else "" if sig is None and code in (None, 0) and root is None
-             else f"it then ended by {_status_text(evidence, report)}")
+             else f"it then ended by {status}")
     if not after:
         later = [hit for hit in hits if hit.seq > exiting.seq and hit.rule_id != exiting.rule_id]
         if not later:
             return None  # nothing after the line: the plain normal-exit reading says it
         after = "errors followed it"
-    status = _status_text(evidence, report)
     hint = (f"The process was already exiting ({line.where()}: {line.text[:200]}) and the "
             f"log shows no error before that; {after}: a crash or hang in teardown, after "
             f"the program's work was done. Complete, nothing to restart.")
@@ -198,16 +198,18 @@ def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Se
                 f"so this is no success: decided on the error. {hint}")
     exhausted = next((r for r in matched if r.exhausts_retries and r is not rule), None)
     escalation = rule.escalate
+    rounds = (rounds_with(rules, hits, rule.id) if exhausted is not None and escalation is not None
+              else 0)
     if (exhausted is not None and decision is Decision.RETRY and escalation is not None
             and escalation.to is Decision.ABORT and escalation.scope == "job"
-            and rounds_with(rules, hits, rule.id) > escalation.after):
+            and rounds > escalation.after):
         # the launcher's in-job restarts were the retries this rule asks for ("retry once,
         # then abort"), and the same failure came back in each round: abort, as resched's
         # own retry would after as many occurrences
         decision = Decision.ABORT
         hint = (f"{hint} The launcher restarted the workers and the same failure came back "
-                f"in {rounds_with(rules, hits, rule.id)} rounds: the retries this failure "
-                f"gets were spent in the job, so it is aborted.").strip()
+                f"in {rounds} rounds: the retries this failure gets were spent in the job, "
+                f"so it is aborted.").strip()
     elif exhausted is not None and decision is Decision.RETRY:
         decision = Decision.RESCHEDULE
         hint = f"{hint} {exhausted.hint}".strip()

@@ -56,7 +56,7 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     """The strongest evidence that the training finished, or None."""
     if expect_finished:
         return Finished(FLAG_RULE, "the finished-flag file exists") if finished else None
-    success_ids = {rule.id for rule in rules.rules if rule.marks == "success"}
+    success_ids = marked(rules, "success")
     lines = [hit for hit in hits if hit.rule_id in success_ids]
     if lines:
         # the last round's verdict; on one line, the more specific rule (the earlier in
@@ -83,32 +83,37 @@ def stopped_short(last_step: int | None, total_steps: int | None) -> bool:
     return last_step is not None and total_steps is not None and last_step < total_steps
 
 
+def marked(rules: RuleSet, mark: str) -> frozenset[str]:
+    """The ids of the rules whose lines mark this event (``marks: <mark>``)."""
+    return frozenset(rule.id for rule in rules.rules if rule.marks == mark)
+
+
 def normal_exit(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
     """The last line that the process prints only on its way out of a normal interpreter
     exit (a ``marks: exit`` rule), or None. Read only when the exit status is unknown (a
     saved log without it): such a line and no error in the log stand for an exit 0."""
-    exit_ids = {rule.id for rule in rules.rules if rule.marks == "exit"}
+    exit_ids = marked(rules, "exit")
     return max((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
 
 
 def first_exit_line(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
     """The first line that the process prints only on its way out (a ``marks: exit``
     rule): from there on it was exiting. None when the log has none."""
-    exit_ids = {rule.id for rule in rules.rules if rule.marks == "exit"}
+    exit_ids = marked(rules, "exit")
     return min((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
 
 
 def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:
     """Where the launcher's last round began (the seq of its last restart line), -1 if
     it never restarted: errors before it belong to rounds the launcher recovered."""
-    restart_ids = {rule.id for rule in rules.rules if rule.marks == "restart"}
+    restart_ids = marked(rules, "restart")
     return max((hit.seq for hit in hits if hit.rule_id in restart_ids), default=-1)
 
 
 def rounds_with(rules: RuleSet, hits: Sequence[LogHit], rule_id: str) -> int:
     """In how many of the launcher's rounds (split at its restart lines) the rule's lines
     appear: a failure that came back after every in-job restart."""
-    restarts = sorted(hit.seq for hit in hits if hit.rule_id in
-                      {rule.id for rule in rules.rules if rule.marks == "restart"})
+    restart_ids = marked(rules, "restart")
+    restarts = sorted(hit.seq for hit in hits if hit.rule_id in restart_ids)
     rounds = {sum(1 for seq in restarts if seq < hit.seq) for hit in hits if hit.rule_id == rule_id}
     return len(rounds)

@@ -21,6 +21,7 @@ from wrapper.classifier.launcher_logs import EXCEPTION_LINE
 from wrapper.classifier.line_prefix import search
 from wrapper.classifier.rules import RuleSet
 from wrapper.classifier.scanner import LogHit
+from wrapper.classifier.success import marked
 
 IGNORED_RULE = "exception-ignored"
 _MAX_BLOCK_LINES = 200  # a traceback longer than this is cut off: the block ends there
@@ -30,7 +31,7 @@ def without_ignored(rules: RuleSet, hits: Sequence[LogHit]) -> list[LogHit]:
     """``hits`` without those inside an ``Exception ignored`` block: from that line to the
     exception line that closes its traceback (the first hit after it that is one), on
     the same stream."""
-    ignored_ids = {rule.id for rule in rules.rules if rule.marks == "ignored"}
+    ignored_ids = marked(rules, "ignored")
     starts = [hit for hit in hits if hit.rule_id in ignored_ids]
     if not starts:
         return list(hits)
