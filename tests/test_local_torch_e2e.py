@@ -4,6 +4,7 @@ over gloo, each task under ``resched wrap``) survives kill, hang, exit 16 and SI
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -63,10 +64,10 @@ def test_template_survives_kill_hang_exit16_and_sigterm_with_identical_weights(t
     attempts = chaos.attempts("master")
     pods = [a["retry_id"] for a in attempts]
     assert pods == sorted(pods) and pods[0] == 0, pods
-    movers = [(a["wrapper"] or {}).get("rule") for a, nxt in zip(attempts, attempts[1:])
+    movers = [(a["wrapper"] or {}).get("rule") for a, nxt in pairwise(attempts)
               if nxt["retry_id"] == a["retry_id"] + 1]
     assert len(movers) == pods[-1] and all(
-        a["status"] == "RESCHEDULED" for a, nxt in zip(attempts, attempts[1:])
+        a["status"] == "RESCHEDULED" for a, nxt in pairwise(attempts)
         if nxt["retry_id"] != a["retry_id"]), [(a["retry_id"], a["status"]) for a in attempts]
     assert movers.count("megatron-rerun-16") == 1 and movers.count("preempted") == 1, movers
     assert set(movers) <= {"megatron-rerun-16", "preempted", "node-excluded", "hang-detected"}, movers
