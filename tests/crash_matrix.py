@@ -187,10 +187,18 @@ def run_scenario(work: Path, backend: str, url: str, step: str, sig: str, varian
             # (it runs in the killed process too: it may have been cut, tracker still 3)
             saved = {k: v for k, v in source_now.items() if k.startswith("iter_0000004/")}
             source_now = {k: v for k, v in source_now.items() if k not in saved}
-            assert source_now[TRACKER] in (source_before[TRACKER], b"4")
+            # the kill can fall between the training's truncate and write of its tracker
+            # (open "w", then write: seen once in a loaded suite): empty, the training's
+            # own torn rewrite, which its next save heals (done below, as it would)
+            assert source_now[TRACKER] in (source_before[TRACKER], b"4", b"")
+            torn_tracker = source_now[TRACKER] == b""
             source_now[TRACKER] = source_before[TRACKER]
             _assert_loads(out, restored)
         assert source_now == source_before and foreign.read_bytes() == b"not the store's"
+        if pointer and torn_tracker:  # publish refuses an empty tracker ("being written")
+            from tests.pointer_fixtures import save_megatron
+
+            save_megatron(work / "v3", 4, size=700)
         again = store.publish(work / "v3", layouts=pointer)  # the next run heals
         assert again.step == (4 if pointer and (work / "v3" / TRACKER).read_bytes() == b"4"
                               else 3)
