@@ -40,7 +40,7 @@ from wrapper.checkpoint.publish import _workers_for
 from wrapper.checkpoint.restore_swap import Staging, safe_destination
 from wrapper.checkpoint.results import CheckpointInfo, RestoreResult
 from wrapper.checkpoint.retry import StoreOperationError
-from wrapper.checkpoint.storefs import StoreFS, UnsafeBlobError, fsync_files
+from wrapper.checkpoint.storefs import EarlyWriteback, StoreFS, UnsafeBlobError, fsync_files
 from wrapper.redact import redact
 
 Progress = Callable[[int], None]
@@ -130,18 +130,19 @@ def _download_verified(store: StoreFS, manifest: Manifest, target: Path,
         ranges = pack_ranges([e for e in files if e.pack is not None], manifest.packs)
         staged: list[Staged] = []
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="resched-get")
-        try:
-            done = [pool.submit(unpack, part) for part in ranges]
-            done += [pool.submit(fetch, index) for index in sorted(first.values())]
-            for future in done:
-                staged += future.result()
-        finally:  # a damaged file stops the tasks not yet started; the rest end first
-            pool.shutdown(wait=True, cancel_futures=True)
-        for index, entry in enumerate(single):  # same content again: copy, verified
-            if first[entry.sha256] != index:
-                copy = staging.path(entry.path)
-                shutil.copyfile(staging.path(single[first[entry.sha256]].path), copy)
-                staged.append((entry.path, _stats(os.lstat(copy))))
+        with EarlyWriteback(root, files=len(files)):
+            try:
+                done = [pool.submit(unpack, part) for part in ranges]
+                done += [pool.submit(fetch, index) for index in sorted(first.values())]
+                for future in done:
+                    staged += future.result()
+            finally:  # a damaged file stops the tasks not yet started; the rest end first
+                pool.shutdown(wait=True, cancel_futures=True)
+            for index, entry in enumerate(single):  # same content again: copy, verified
+                if first[entry.sha256] != index:
+                    copy = staging.path(entry.path)
+                    shutil.copyfile(staging.path(single[first[entry.sha256]].path), copy)
+                    staged.append((entry.path, _stats(os.lstat(copy))))
         # durable before they replace anything (files, then their folders)
         fsync_files([f"{root}/{entry.path}" for entry in files], folders=folders + [root],
                     parents_listed=True)

@@ -512,6 +512,54 @@ def fsync_files(paths: Sequence[str | os.PathLike[str]],
         _fsync_dir(Path(folder))
 
 
+class EarlyWriteback:
+    """While a many-file restore stages, one syncfs(2) of the staging filesystem every
+    ``interval`` seconds in a background thread, so the disk writes (and the journal
+    commits the creates) while the next files are still being made. Without it the one
+    syncfs before the swap found all 100k files dirty at once and waited 1.2-1.9 s with
+    the CPU idle. Durability is unchanged: fsync_files still syncs everything before the
+    swap and reports any error; these calls only start work early, and their errors are
+    left to it. Linux only; elsewhere (or for few files) it does nothing."""
+
+    def __init__(self, folder: str | os.PathLike[str], *, files: int, interval: float = 0.2,
+                 syncfs: Callable[[int], int] | None = None) -> None:
+        self._folder = os.fspath(folder)
+        self._interval = interval
+        self._wanted = files >= SYNCFS_FROM and sys.platform.startswith("linux")
+        self._syncfs = syncfs  # libc's syncfs unless given (tests count the calls)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._fd = -1
+
+    def __enter__(self) -> EarlyWriteback:
+        if not self._wanted:
+            return self
+        try:
+            syncfs = self._syncfs
+            if syncfs is None:
+                import ctypes
+
+                syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+            self._fd = os.open(self._folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return self
+
+        def loop() -> None:
+            while not self._stop.wait(self._interval):
+                syncfs(self._fd)
+
+        self._thread = threading.Thread(target=loop, name="resched-writeback", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._fd >= 0:
+            os.close(self._fd)
+
+
 def _syncfs_all(folders: Iterable[str]) -> bool:
     """syncfs(2) once per filesystem the ``folders`` (every folder a written file lies
     in) live on (Linux); False where it is not available, and the caller fsyncs file by
