@@ -103,6 +103,7 @@ def test_fault_leaves_the_evidence_the_rules_classify(
     assert classify_cli(run.log, error_files) == (diagnosis.rule_id, diagnosis.decision)
     if kind in ("exit16", "exit17"):  # every rank exits with Megatron's code
         assert diagnosis.root_cause_rank in table
+        assert diagnosis.rank_exit_codes[diagnosis.root_cause_rank] == code
     else:
         assert diagnosis.root_cause_rank == FAIL_RANK
     # Megatron's exits save the state before the failing iteration first
