@@ -300,6 +300,40 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     assert not processes_with_env(str(tmp_path / "w"))
 
 
+def test_ctrl_c_gives_a_daemon_that_left_the_group_a_graceful_term(tmp_path: Path) -> None:
+    # setsid takes the daemon out of the task's process group: the group's SIGTERM misses
+    # it, so the executor sends it one of its own (it used to wait the whole grace, then
+    # SIGKILL it: a daemon that saves on TERM lost its save)
+    spec = write_workflow(tmp_path, """
+        workflow:
+          name: interrupted
+          tasks:
+          - name: spawner
+            command: ["sh", "-c", "setsid sh /tmp/job/daemon.sh & sleep 3600"]
+            files:
+            - path: /tmp/job/daemon.sh
+              contents: |
+                trap 'echo term > {{output}}/daemon-got-term; exit 0' TERM
+                touch {{output}}/daemon-ready
+                while :; do sleep 0.05; done
+    """)
+    output = tmp_path / "w" / "tasks" / "spawner" / "output"
+    marker, ready = output / "daemon-got-term", output / "daemon-ready"
+    proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(tmp_path / "w"),
+                             "--progress", "plain"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")})
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready.exists()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert out.startswith("CANCELED"), err
+    assert marker.read_text() == "term\n"  # it ended on its TERM, not by a SIGKILL
+    assert not processes_with_env(str(tmp_path / "w"))
+
+
 def sleeping(duration: str) -> list[int]:
     """Live `sleep DURATION` processes (the program itself, not a shell naming it)."""
     found = []

@@ -113,6 +113,13 @@ def send(pids: list[int], sig: int) -> None:
             pass
 
 
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone already
+        return None
+
+
 def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -129,10 +136,17 @@ def stop_task(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """SIGTERM the task's group, wait ``grace_s`` for it to end, then SIGKILL what is left."""
+    """SIGTERM the task's group and every process of the task outside it, wait ``grace_s``
+    for them to end, then SIGKILL what is left."""
     signal_group(pgid, signal.SIGTERM)
-    remaining = task_processes(token)
-    send(list(remaining), signal.SIGCONT)  # a SIGSTOPped (hung) process must see the TERM
+    procs = task_processes(token)
+    # A process that left the group (setsid: a daemon the task started) gets the same
+    # graceful TERM; without it a Ctrl-C waited the whole grace (20 s) for it, then
+    # killed it. Not what runs under `resched wrap`: the wrapper stops its own training
+    # (with the stop signal it was given) and sweeps what reparents to it (a subreaper).
+    wrapped = {p.pid for w in procs.values() if is_wrapper(w) for p in descendants(procs, w.pid)}
+    send([pid for pid in procs if pid not in wrapped and _pgid(pid) != pgid], signal.SIGTERM)
+    send(list(procs), signal.SIGCONT)  # a SIGSTOPped (hung) process must see the TERM
     deadline = clock() + grace_s
     while clock() < deadline and not (is_done() and not task_processes(token)):
         sleep(0.05)
