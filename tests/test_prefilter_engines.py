@@ -106,7 +106,7 @@ HOSTILE_LINES = [
 ]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.sampled_from(HOSTILE_LINES) | st.text(max_size=30), max_size=25),
        st.sampled_from(["\n", "\r\n"]), st.booleans())
 def test_generated_blocks_same_hits(lines: list[str], newline: str, final_newline: bool) -> None:
