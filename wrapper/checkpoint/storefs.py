@@ -512,6 +512,18 @@ def fsync_files(paths: Sequence[str | os.PathLike[str]],
         _fsync_dir(Path(folder))
 
 
+def _libc_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs(2) (Linux), or None where it is missing."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes  # only where it is used: start-up of the CLI stays small
+
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
 class EarlyWriteback:
     """While a many-file restore stages, one syncfs(2) of the staging filesystem every
     ``interval`` seconds in a background thread, so the disk writes (and the journal
@@ -525,7 +537,7 @@ class EarlyWriteback:
                  syncfs: Callable[[int], int] | None = None) -> None:
         self._folder = os.fspath(folder)
         self._interval = interval
-        self._wanted = files >= SYNCFS_FROM and sys.platform.startswith("linux")
+        self._wanted = files >= SYNCFS_FROM
         self._syncfs = syncfs  # libc's syncfs unless given (tests count the calls)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -534,14 +546,12 @@ class EarlyWriteback:
     def __enter__(self) -> EarlyWriteback:
         if not self._wanted:
             return self
+        syncfs = self._syncfs or _libc_syncfs()
+        if syncfs is None:
+            return self
         try:
-            syncfs = self._syncfs
-            if syncfs is None:
-                import ctypes
-
-                syncfs = ctypes.CDLL(None, use_errno=True).syncfs
             self._fd = os.open(self._folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except (OSError, AttributeError):
+        except OSError:
             return self
 
         def loop() -> None:
@@ -564,15 +574,11 @@ def _syncfs_all(folders: Iterable[str]) -> bool:
     """syncfs(2) once per filesystem the ``folders`` (every folder a written file lies
     in) live on (Linux); False where it is not available, and the caller fsyncs file by
     file."""
-    if not sys.platform.startswith("linux"):
+    syncfs = _libc_syncfs()
+    if syncfs is None:
         return False
-    try:
-        import ctypes
+    import ctypes  # loaded by _libc_syncfs: for the errno of a failed call
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        syncfs = libc.syncfs
-    except (OSError, AttributeError):
-        return False
     devices: dict[int, str] = {}
     for folder in folders:  # a stat per folder
         devices.setdefault(os.lstat(folder).st_dev, folder)
