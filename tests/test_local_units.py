@@ -274,6 +274,19 @@ def test_fault_metrics_follow_one_fault_through_recovery() -> None:
     assert "bound" not in line
 
 
+def test_a_fault_after_an_upload_knows_the_step_the_upload_proved() -> None:
+    # A training that prints no step lines (Lightning off a terminal): its steps come
+    # from the folder watcher, one look late. An @1ckpt kill fires on the upload itself,
+    # before that look: the uploaded step is the step reached before the fault.
+    timeline = _timeline([(0.0, "train", "!run_started")])
+    timeline.add("checkpoint_uploaded", "train", t=2.0, attempt=1, step=10, seconds=0.1)
+    timeline.add("fault_injected", "train", t=2.1, spec="kill:train@1ckpt")
+    timeline.add("step", "train", t=2.4, attempt=1, step=10, source="checkpoint-folder")
+    timeline.add("checkpoint_uploaded", "other", t=2.05, attempt=1, step=50, seconds=0.1)
+    [fault] = fault_metrics(timeline.events)
+    assert fault["step_before"] == 10  # another task's upload proves nothing of this one
+
+
 def test_a_host_token_must_name_a_task_of_the_workflow() -> None:
     with pytest.raises(SpecError, match=r"\{\{host:nobody\}\} names no task of this workflow"):
         plan_of(SPEC.replace("{{host:worker_1}}", "{{host:nobody}}"))

@@ -31,6 +31,7 @@ _DETECT = ("wrapper_failure_detected", "failure_detected")
 _DECIDE = ("wrapper_decision", "decision")
 _RESTART = ("wrapper_attempt_started", "attempt_restarted")
 _RESTORE = ("wrapper_checkpoint_restored", "training_resumed")
+_SAVED = ("checkpoint_saved", "checkpoint_uploaded")
 
 
 def _first(events: Sequence[Event], kinds: tuple[str, ...], after: float) -> Event | None:
@@ -45,7 +46,12 @@ def fault_metrics(events: Sequence[Event]) -> list[dict[str, Any]]:
         item: dict[str, Any] = {"task": fault.task, "spec": fault.fields.get("spec"),
                                 "detail": fault.fields.get("detail"), "t_fault": fault.t}
         next_fault = injected[index + 1].t if index + 1 < len(injected) else math.inf
-        before = [s.fields["step"] for s in steps if s.t <= fault.t]
+        # A checkpoint saved or uploaded before the fault proves its step was reached,
+        # whatever the step lines say: an @Nckpt fault fires on the upload itself, which
+        # can see a save before the folder watcher's next look stamps its step.
+        before = [e.fields["step"] for e in events
+                  if e.t <= fault.t and isinstance(e.fields.get("step"), int)
+                  and (e.kind == "step" or (e.kind in _SAVED and e.task == fault.task))]
         item["step_before"] = max(before) if before else None
         detect = _first(events, _DETECT, fault.t)
         decide = _first(events, _DECIDE, detect.t) if detect else None
