@@ -56,6 +56,10 @@ from tests.test_rules_tables import diagnose
     # ---- Ray's older monitor, a node it stopped hearing ----
     ("The node with client ID 0a1b2c has been marked dead because the monitor has missed too many heartbeats "
      "from it.", "platform-node-lost", "reschedule"),
+    # ---- a worker gone, its cause not in the log ----
+    ("[rank0]: RuntimeError: DataLoader worker (pid(s) 40211) exited unexpectedly", "signal-death-in-log", "retry"),
+    ("W1125 10:11:12.345000 1403 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 44 "
+     "closing signal SIGTERM", "child-process-failed", "retry"),
 ])
 def test_source_line_decides(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
@@ -117,3 +121,19 @@ def test_an_error_record_at_a_failing_exit_is_not_what_decides(tmp_path: Path) -
     d = diagnose(tmp_path, ["ERROR:__main__:loss is nan", "Traceback (most recent call last):",
                             "KeyError: 'labels'"], exit_code=1)
     assert d.rule_id != "error-logged-at-exit-0", d.why_won
+
+
+def test_a_launcher_closing_its_workers_is_no_normal_exit(tmp_path: Path) -> None:
+    # status unknown, the log cut above the traceback's header; the exit-time warning
+    # would stand for exit 0, but the DataLoader's worker died and torchelastic closed
+    # the other workers: a failure, not a finish
+    d = diagnose(tmp_path, [
+        '[rank0]:   File "/opt/conda/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1144, '
+        'in _try_get_data',
+        "[rank0]: RuntimeError: DataLoader worker (pid(s) 40211) exited unexpectedly",
+        "[rank0]:[W1125 10:11:12.1 ProcessGroupNCCL.cpp:1168] Warning: WARNING: process group has NOT been "
+        "destroyed before we destruct ProcessGroupNCCL. On normal program exit, the application should call "
+        "destroy_process_group to ensure that any pending NCCL operations have finished in this process.",
+        "W1125 10:11:13.000000 1403 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 45 "
+        "closing signal SIGTERM"], exit_code=None)
+    assert str(d.decision) == "retry", d.why_won
