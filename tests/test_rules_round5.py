@@ -137,3 +137,27 @@ def test_a_launcher_closing_its_workers_is_no_normal_exit(tmp_path: Path) -> Non
         "W1125 10:11:13.000000 1403 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 45 "
         "closing signal SIGTERM"], exit_code=None)
     assert str(d.decision) == "retry", d.why_won
+
+
+PG_EXIT_WARNING = ("[rank0]:[W1125 10:11:12.1 ProcessGroupNCCL.cpp:1168] Warning: WARNING: process group has NOT "
+                   "been destroyed before we destruct ProcessGroupNCCL. On normal program exit, the application "
+                   "should call destroy_process_group to ensure that any pending NCCL operations have finished.")
+
+
+@pytest.mark.parametrize("exception", [
+    "[rank0]: RuntimeError: the sampler returned no indices for rank 3",
+    "Exception: batch 7 is empty",
+    "[rank1]: OSError: unexpected end of data in shard 12",
+])
+def test_a_generic_exception_before_the_exit_line_is_no_normal_exit(tmp_path: Path, exception: str) -> None:
+    # the exit-time warning is printed at any exit, the exception's too
+    d = diagnose(tmp_path, ["step 10 loss 1.0", exception, PG_EXIT_WARNING], exit_code=None)
+    assert str(d.decision) == "retry", d.why_won
+    # ... nor is a crash after both a teardown crash
+    d = diagnose(tmp_path, ["step 10 loss 1.0", exception, PG_EXIT_WARNING], exit_code=None, signal=11)
+    assert str(d.decision) != "complete", d.why_won
+
+
+def test_the_exit_line_alone_is_still_a_normal_exit(tmp_path: Path) -> None:
+    d = diagnose(tmp_path, ["step 10 loss 1.0", PG_EXIT_WARNING], exit_code=None)
+    assert str(d.decision) == "complete", d.why_won

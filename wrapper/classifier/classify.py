@@ -46,6 +46,7 @@ from wrapper.classifier.success import (
     first_exit_line,
     last_restart_seq,
     normal_exit,
+    raised_before,
     rounds_with,
     stopped_short,
 )
@@ -151,8 +152,8 @@ def _teardown_reading(evidence: Evidence, report: LauncherReport, rules: RuleSet
     if not (crashed or evidence.hung or (sig is None and code in (None, 0))):
         return None
     exiting = first_exit_line(rules, hits)
-    if exiting is None:
-        return None
+    if exiting is None or raised_before(rules, hits, exiting) is not None:
+        return None  # no exit line, or an exception (of no rule) was what ended the process
     before = [hit for hit in hits if hit.seq <= exiting.seq]
     as_exit_0 = _decide(replace(evidence, exit_code=0, signal=None, hung=False), rules,
                         replace(report, root_cause=None), before, None, exiting)
@@ -243,7 +244,10 @@ def _normal_exit_for_unknown_status(evidence: Evidence, report: LauncherReport, 
             or evidence.stop_signal is not None or evidence.expect_finished or finished is not None
             or report.root_cause is not None or report.tracker_events):
         return None
-    return normal_exit(rules, hits)
+    exited = normal_exit(rules, hits)
+    if exited is not None and raised_before(rules, hits, exited) is not None:
+        return None  # an exception was ending the process: no normal exit
+    return exited
 
 
 def _named_exit(diagnosis: Diagnosis, exited: LogHit) -> Diagnosis:

@@ -38,8 +38,10 @@ _RULE_KEYS = {
 # What a `marks` rule's line is evidence of (never a failure cause, see wrapper/classifier/success.py):
 # the training finished, the launcher restarted its workers (a new round began), or the
 # process reached its normal exit (only read when the exit status is unknown), or Python
-# reported an exception and ignored it (its traceback is no failure: unraisable.py).
-MARKS = ("success", "restart", "exit", "ignored")
+# reported an exception and ignored it (its traceback is no failure: unraisable.py), or an
+# exception of a generic class closed a traceback (no cause by itself, but the process was
+# not on its way to a normal exit: success.py, raised_before).
+MARKS = ("success", "restart", "exit", "ignored", "raised")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
@@ -154,7 +156,8 @@ class Rule:
     trust_exception_type: bool = False
     # where the facts behind the rule come from (URL + which list); table rows add theirs
     cites: tuple[str, ...] = ()
-    # "success" / "restart" / "exit": the rule marks an event, it is never a failure's cause
+    # "success" / "restart" / "exit" / "ignored" / "raised": the rule marks an event, it is
+    # never a failure's cause
     marks: str | None = None
 
     @property

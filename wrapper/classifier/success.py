@@ -117,3 +117,14 @@ def rounds_with(rules: RuleSet, hits: Sequence[LogHit], rule_id: str) -> int:
     restarts = sorted(hit.seq for hit in hits if hit.rule_id in restart_ids)
     rounds = {sum(1 for seq in restarts if seq < hit.seq) for hit in hits if hit.rule_id == rule_id}
     return len(rounds)
+
+
+def raised_before(rules: RuleSet, hits: Sequence[LogHit], line: LogHit) -> LogHit | None:
+    """The last exception line of a generic class (a ``marks: raised`` rule: RuntimeError,
+    Exception...) before ``line`` and after the launcher's last restart, or None. A
+    process that printed one was ending by that exception, so an exit-time line after it
+    is no normal exit (PyTorch's ProcessGroupNCCL warning is printed at any exit)."""
+    raised_ids = marked(rules, "raised")
+    since = last_restart_seq(rules, hits)
+    return max((hit for hit in hits if hit.rule_id in raised_ids and since < hit.seq < line.seq),
+               key=lambda h: h.seq, default=None)
