@@ -200,6 +200,19 @@ def test_exit_zero_without_the_finished_flag_is_not_complete(tmp_path: Path) -> 
     assert run_wrap(tmp_path / "state", ["--expect-finished-flag", str(flag)], ["true"]).returncode == 0
 
 
+def test_exit_zero_after_a_logged_error_is_retried_once_then_aborted(tmp_path: Path) -> None:
+    # a CLI that catches its trainer's failure, logs it at ERROR and returns 0
+    program = "import logging; logging.basicConfig(); logging.error('unsupported model type')"
+    result = run_wrap(tmp_path / "state", [], [sys.executable, "-c", program])
+    assert result.returncode != 0, result.stderr
+    first, second = records(tmp_path / "state")
+    assert (first["exit_code"], first["rule"], first["decision"]) == (0, "error-logged-at-exit-0", "retry")
+    assert (second["rule"], second["decision"]) == ("error-logged-at-exit-0", "abort")
+    # the same program without the error record is complete on its first exit
+    clean = run_wrap(tmp_path / "clean", [], [sys.executable, "-c", "print('done')"])
+    assert clean.returncode == 0 and records(tmp_path / "clean")[-1]["decision"] == "complete"
+
+
 def test_env_defaults_and_flags_winning(tmp_path: Path) -> None:
     env = child_env(RESCHED_RESCHEDULE_CODE="42", RESCHED_MAX_RETRIES="0")
     result = run_wrap(tmp_path / "s1", [], ["sh", "-c", "exit 1"], env=env)
