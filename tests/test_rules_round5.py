@@ -161,3 +161,34 @@ def test_a_generic_exception_before_the_exit_line_is_no_normal_exit(tmp_path: Pa
 def test_the_exit_line_alone_is_still_a_normal_exit(tmp_path: Path) -> None:
     d = diagnose(tmp_path, ["step 10 loss 1.0", PG_EXIT_WARNING], exit_code=None)
     assert str(d.decision) == "complete", d.why_won
+
+
+class _KillsItsWorker:
+    """A dataset whose DataLoader worker dies of SIGKILL (what the OOM killer does)."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            import os
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
+        return index
+
+
+def test_a_real_dataloader_worker_killed_is_a_signal_death(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import traceback
+    loader = torch.utils.data.DataLoader(_KillsItsWorker(), batch_size=2, num_workers=1)
+    try:
+        for _ in loader:
+            pass
+    except RuntimeError as error:  # PyTorch's own words for the dead worker
+        lines = "".join(traceback.format_exception(error)).splitlines()
+    else:
+        raise AssertionError("the worker's death went unnoticed")
+    d = diagnose(tmp_path, ["step 3 loss 1.0", *lines])
+    # (the worker's queue reports a reset connection first, chained: the same retry)
+    assert str(d.decision) == "retry", (lines[-1], d.why_won)
+    assert "signal-death-in-log" in {d.rule_id, *d.also_matched}, d.why_won
