@@ -56,6 +56,19 @@ from tests.test_rules_tables import diagnose
     # ---- Ray's older monitor, a node it stopped hearing ----
     ("The node with client ID 0a1b2c has been marked dead because the monitor has missed too many heartbeats "
      "from it.", "platform-node-lost", "reschedule"),
+    # ---- the image the job names cannot be pulled (kubelet's event, docker's words) ----
+    ('  Warning  Failed  8s  kubelet  Failed to pull image "registry.example.org/team/trainer:v9": rpc error: '
+     'code = NotFound desc = failed to pull and unpack image "registry.example.org/team/trainer:v9": failed to '
+     'resolve reference "registry.example.org/team/trainer:v9": registry.example.org/team/trainer:v9: not found',
+     "image-not-found", "abort"),
+    ("docker: Error response from daemon: manifest for team/trainer:v9 not found: manifest unknown: manifest unknown.",
+     "image-not-found", "abort"),
+    # ... a registry's rate limit lifts with time
+    ('  Warning  Failed  8s  kubelet  Failed to pull image "trainer:v9": toomanyrequests: You have reached your '
+     'pull rate limit. You may increase the limit by authenticating and upgrading', "remote-service-unavailable",
+     "retry"),
+    # the expandable-segments allocator's driver call out of memory: an OOM like the others
+    ("RuntimeError: CUDA driver error: out of memory", "cuda-oom", "abort"),
     # ---- a worker gone, its cause not in the log ----
     ("[rank0]: RuntimeError: DataLoader worker (pid(s) 40211) exited unexpectedly", "signal-death-in-log", "retry"),
     ("W1125 10:11:12.345000 1403 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 44 "
@@ -79,6 +92,9 @@ def test_source_line_decides(tmp_path: Path, line: str, rule: str, decision: str
     # a program's own word "power" / "system" is no shutdown
     ("Power key pressed in the simulator: episode 12 reset", "platform-preempted"),
     ("The system will power off the fans when idle", "platform-preempted"),
+    # a registry that is slow or unreachable is no refusal
+    ('  Warning  Failed  8s  kubelet  Failed to pull image "trainer:v9": rpc error: code = Unknown desc = failed to '
+     'pull and unpack image: dial tcp 10.0.0.5:443: i/o timeout', "image-not-found"),
 ])
 def test_source_line_near_miss(tmp_path: Path, line: str, not_rule: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
@@ -163,32 +179,36 @@ def test_the_exit_line_alone_is_still_a_normal_exit(tmp_path: Path) -> None:
     assert str(d.decision) == "complete", d.why_won
 
 
-class _KillsItsWorker:
-    """A dataset whose DataLoader worker dies of SIGKILL (what the OOM killer does)."""
-
-    def __len__(self) -> int:
+# Run in a child process: the DataLoader installs a SIGCHLD handler in the process that
+# iterates it, and a dead worker left registered there would raise in whatever test the
+# same pytest worker runs next when any of its subprocesses exits.
+_KILLED_WORKER = """
+import os, signal, torch
+class KillsItsWorker(torch.utils.data.Dataset):
+    def __len__(self):
         return 64
-
-    def __getitem__(self, index: int) -> int:
+    def __getitem__(self, index):
         if index == 5:
-            import os
-            import signal
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does
         return index
+for _ in torch.utils.data.DataLoader(KillsItsWorker(), batch_size=2, num_workers=1):
+    pass
+"""
 
 
 def test_a_real_dataloader_worker_killed_is_a_signal_death(tmp_path: Path) -> None:
-    torch = pytest.importorskip("torch")
-    import traceback
-    loader = torch.utils.data.DataLoader(_KillsItsWorker(), batch_size=2, num_workers=1)
-    try:
-        for _ in loader:
-            pass
-    except RuntimeError as error:  # PyTorch's own words for the dead worker
-        lines = "".join(traceback.format_exception(error)).splitlines()
-    else:
-        raise AssertionError("the worker's death went unnoticed")
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", _KILLED_WORKER], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert run.returncode != 0, run.stderr[-2000:]
+    lines = run.stderr.splitlines()  # PyTorch's own words for the dead worker
     d = diagnose(tmp_path, ["step 3 loss 1.0", *lines])
-    # (the worker's queue reports a reset connection first, chained: the same retry)
+    # What the main process prints depends on where the worker's death finds it (seen in
+    # 25 runs under load): the SIGCHLD handler's "is killed by signal", chained after the
+    # worker queue's ConnectionResetError or a bare EOFError (its pipe's peer is gone),
+    # sometimes with "exited unexpectedly", sometimes inside an "Exception ignored" block
+    # at interpreter shutdown. Whichever it is, a worker's death is retried: never an
+    # abort (the bare EOFError was one before it was read as an input cut short).
     assert str(d.decision) == "retry", (lines[-1], d.why_won)
-    assert "signal-death-in-log" in {d.rule_id, *d.also_matched}, d.why_won

@@ -67,14 +67,22 @@ def _safetensors(tmp: Path) -> Callable[[], object]:
     return lambda: load_file(str(cut))
 
 
-@pytest.mark.parametrize("make", [_torch_zip, _torch_legacy, _torch_empty_weights_only,
-                                  _torch_empty_full_unpickler, _pickle, _safetensors],
+@pytest.mark.parametrize("make", [_torch_zip, _torch_legacy, _torch_empty_full_unpickler, _pickle,
+                                  _safetensors],
                          ids=lambda f: f.__name__.strip("_"))
 def test_a_truncated_checkpoint_is_retried_once_then_aborted(tmp_path: Path, make) -> None:
     lines = _error_text(make(tmp_path))
     d = diagnose(tmp_path, ["step 200 loss 1.2", "resuming from the last checkpoint", *lines])
     assert (d.rule_id, str(d.decision)) == ("file-truncated", "retry"), (lines[-1], d.why_won)
     assert d.escalate is not None and str(d.escalate.to) == "abort"
+
+
+def test_an_empty_file_read_by_the_weights_only_loader_is_retried(tmp_path: Path) -> None:
+    # its unpickler says only "EOFError" (no message): an input that ended early, the
+    # same words as a pipe whose peer died; never a user error to abort on sight
+    lines = _error_text(_torch_empty_weights_only(tmp_path))
+    d = diagnose(tmp_path, ["step 200 loss 1.2", *lines])
+    assert str(d.decision) == "retry", (lines[-1], d.why_won)
 
 
 def test_a_whole_file_that_fails_otherwise_is_no_truncation(tmp_path: Path) -> None:
