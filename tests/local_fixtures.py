@@ -40,13 +40,18 @@ def write_workflow(directory: Path, text: str, name: str = "wf.yaml") -> Path:
     return path
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without RESCHED_ settings: a test says what it wants."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+
+
 def run_local(spec: Path, *args: str, workdir: Path, timeout: float = 240,
               path_prefix: Path | None = None) -> LocalRun:
     """``resched run SPEC ARGS`` in a subprocess, with the report read back."""
     report = workdir.parent / f"{workdir.name}-report.json"
     argv = [RESCHED, "run", str(spec), "--workdir", str(workdir), "--report", str(report),
             "--progress", "plain", *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}{os.pathsep}{env.get('PATH', '')}"
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,

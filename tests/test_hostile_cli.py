@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.hostile_helpers import assert_clear_error, fill, make_inputs, run_cli
+from tests.local_fixtures import clean_env
 from workflows.errors import UsageError
 from workflows.values import split_set_item
 from wrapper.durations import DurationError, parse_duration
@@ -238,7 +239,7 @@ def test_any_set_item_splits_or_is_one_usage_error(item: str) -> None:
     ["wrap", "--hang-timeout", "auto,factor=-1", "--", "true"],
 ], ids=lambda args: " ".join(args)[:40])
 def test_real_process_exits_2_without_a_traceback(files: dict[str, str], args: list[str]) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     done = subprocess.run([sys.executable, "-m", "workflows.cli", *fill(args, files)],
                           capture_output=True, text=True, timeout=120, env=env,
                           stdin=subprocess.DEVNULL)

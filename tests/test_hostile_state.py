@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.local_fixtures import clean_env
 from wrapper.hang import HangDetector, HangSettings, carried_timeout
 from wrapper.history import HISTORY_FILE, History, HistoryStore
 
@@ -176,7 +177,7 @@ HEALTHY = textwrap.dedent("""\
 def _wrap(tmp_path: Path, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "train.py"
     script.write_text(HEALTHY)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     return subprocess.run(
         [sys.executable, "-m", "workflows.cli", "wrap", "--state-dir", str(state),
          "--max-retries", "0", "--max-reschedules", "0", *extra, "--",

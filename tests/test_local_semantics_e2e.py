@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tests.local_fixtures import (
     COUNTER_TRAIN,
     RESCHED,
+    clean_env,
     processes_with,
     processes_with_env,
     run_local,
@@ -20,6 +22,22 @@ from tests.local_fixtures import (
 )
 
 pytestmark = pytest.mark.e2e
+
+
+def _ctrl_c_when(ready: Callable[[], bool], spec: Path, workdir: Path,
+                 *extra: str) -> tuple[subprocess.Popen[str], str, str]:
+    """Start ``resched run``, wait (60 s at most) until ``ready()``, then Ctrl-C it; its
+    process, stdout and stderr once it has ended."""
+    proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(workdir), *extra,
+                             "--progress", "plain"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=clean_env())
+    deadline = time.monotonic() + 60
+    while not ready() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc, out, err
 
 
 def test_two_tasks_writing_the_same_tmp_file_do_not_see_each_other(tmp_path: Path) -> None:
@@ -284,16 +302,8 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
             command: ["sh", "-c", "setsid sleep {detached} & sleep {foreground}"]
     """)
     report = tmp_path / "r.json"
-    proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(tmp_path / "w"), "--report",
-                             str(report), "--progress", "plain"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")})
-    deadline = time.monotonic() + 60
-    while not sleeping(detached) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert sleeping(detached)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    proc, out, err = _ctrl_c_when(lambda: bool(sleeping(detached)), spec, tmp_path / "w",
+                                  "--report", str(report))
     assert proc.returncode != 0
     assert out.startswith("CANCELED"), err
     assert not processes_with(detached) and not processes_with(foreground)
@@ -319,16 +329,7 @@ def test_ctrl_c_gives_a_daemon_that_left_the_group_a_graceful_term(tmp_path: Pat
     """)
     output = tmp_path / "w" / "tasks" / "spawner" / "output"
     marker, ready = output / "daemon-got-term", output / "daemon-ready"
-    proc = subprocess.Popen([RESCHED, "run", str(spec), "--workdir", str(tmp_path / "w"),
-                             "--progress", "plain"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            env={k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")})
-    deadline = time.monotonic() + 60
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert ready.exists()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _, out, err = _ctrl_c_when(ready.exists, spec, tmp_path / "w")
     assert out.startswith("CANCELED"), err
     assert marker.read_text() == "term\n"  # it ended on its TERM, not by a SIGKILL
     assert not processes_with_env(str(tmp_path / "w"))
@@ -416,7 +417,7 @@ def test_submit_backend_local_runs_the_same_backend(tmp_path: Path) -> None:
           tasks:
           - {name: t, command: ["sh", "-c", "echo hi > {{output}}/x"]}
     """)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     dry = subprocess.run([RESCHED, "submit", "--backend", "local", str(spec), "--dry-run",
                           "--workdir", str(tmp_path / "w")], capture_output=True, text=True, env=env,
                          check=False)

@@ -8,7 +8,6 @@ happened, colours on screen. Screenshots are kept next to the page (``*.png``).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser_fixtures import Rendered, chromium, render
-from tests.local_fixtures import run_local, write_workflow
+from tests.local_fixtures import clean_env, run_local, write_workflow
 from tests.report_fixtures import fault_free_run, one_fault_run
 from workflows.report.assets import LOST_COLOURS, MARK_COLOURS, STATUS_COLOURS
 from workflows.report.html import LEFT, PLOT
@@ -43,7 +42,7 @@ def _share_of_colour(page: Rendered, box: tuple[float, float, float, float], col
 
 
 def _report(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     return subprocess.run([RESCHED, "report", *args], capture_output=True, text=True, timeout=60,
                           env=env, check=False)
 

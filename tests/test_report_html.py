@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.local_fixtures import clean_env, write_workflow
 from tests.report_fixtures import fault_free_run, one_fault_run
 from workflows.report.html import render_html
 from workflows.report.load import load_report
@@ -21,7 +21,7 @@ HOSTILE = "<img src=x onerror=alert(1)>'\"&"
 
 
 def _resched(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     return subprocess.run([RESCHED, *args], capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
@@ -134,8 +134,6 @@ def test_bad_run_directories_get_one_clear_line_and_exit_2(tmp_path: Path) -> No
 
 
 def test_run_refuses_a_foreign_html_target_before_running_anything(tmp_path: Path) -> None:
-    from tests.local_fixtures import write_workflow
-
     spec = write_workflow(tmp_path, """
         workflow:
           name: ok
@@ -172,7 +170,7 @@ def test_credentials_in_the_stored_timeline_never_reach_text_json_or_page(tmp_pa
 
 def test_a_run_id_finds_the_default_run_directory(tmp_path: Path) -> None:
     one_fault_run().write(tmp_path / ".resched" / "runs" / "train-run")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RESCHED_")}
+    env = clean_env()
     done = subprocess.run([RESCHED, "report", "train-run"], capture_output=True, text=True, timeout=60,
                           env=env, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr
