@@ -110,3 +110,39 @@ def test_a_step_fault_fires_at_its_step_whatever_the_clock(monkeypatch: pytest.M
     clock.now += 1
     timeline.add("step", "master", step=306)  # resumed below 400: the highest step seen counts
     assert [f.fault.describe() for f in chaos.tick(runs)] == ["kill:master@400step"]
+
+
+def test_counted_faults_fire_in_their_order_when_both_are_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen in a full run: after the hang's recovery the 3rd and 4th uploads had both
+    # come; the exit found no training ranks yet in the restarted task (injection: None,
+    # try again) while the SIGTERM, which needs only the top process, fired first.
+    ranks_up = [False]
+    monkeypatch.setattr(chaos_driver, "inject", lambda fault, **_: (
+        None if fault.kind == "exit" and not ranks_up[0] else Injection(f"{fault.kind} injected", (1,))))
+    clock = Clock()
+    timeline = Timeline(clock=clock)
+    plan = parse_chaos("exit:master=16@3ckpt,term:master@4ckpt", TASKS)
+    chaos = ChaosDriver(plan, TASKS, timeline, stop_grace_s=5, clock=clock)
+    runs = {"master": FakeRun(), "worker_1": FakeRun()}
+    for step in (10, 20, 30, 40):
+        _upload(timeline, clock, step)
+    assert chaos.tick(runs) == []  # the exit cannot fire yet, and the SIGTERM waits behind it
+    ranks_up[0] = True
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["exit"]
+    clock.now += 1
+    timeline.add("attempt_restarted", "master", mode="reschedule")
+    clock.now += 1
+    timeline.add("step", "master", step=41)
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["term"]
+
+
+def test_a_counted_fault_whose_task_finished_holds_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chaos_driver, "inject", lambda fault, **_: Injection(f"{fault.kind} injected", (1,)))
+    clock = Clock()
+    timeline = Timeline(clock=clock)
+    plan = parse_chaos("kill:worker_1@1ckpt,term:master@2ckpt", TASKS)
+    chaos = ChaosDriver(plan, TASKS, timeline, stop_grace_s=5, clock=clock)
+    runs = {"master": FakeRun(), "worker_1": FakeRun(finished=True)}
+    for step in (10, 20):
+        _upload(timeline, clock, step)
+    assert [f.fault.kind for f in chaos.tick(runs)] == ["term"]

@@ -46,6 +46,10 @@ class ChaosDriver:
     over at the first training step after the restart, or at the upload of a newer
     checkpoint step (a training whose steps are seen at its saves only).
 
+    Counted faults (``Nckpt``, ``Nstep``) fire in the order given: one that is due but whose
+    target cannot be hit yet (an exit needs the restarted training's ranks) holds the next
+    back, so a SIGTERM due at the same moment never overtakes it.
+
     A fault that cannot fire says so at once (``on_warning``, one line): an ``Nckpt``
     fault in a workflow where no task has a ``checkpoint:`` upload to count; a random clock that waits
     for a first training step the training never shows (after one MTBF of run time, at
@@ -126,10 +130,19 @@ class ChaosDriver:
         """Fire every due fault whose target can be hit now."""
         elapsed = self.clock() - self.start
         fired = []
+        held = False  # an earlier counted fault is due but its target cannot be hit yet
         for fault in list(self.pending):
+            counted = fault.after_ckpt is not None or fault.at_step is not None
+            if counted and held:
+                continue
             if self._due(fault, elapsed) and self._fire(fault, runs.get(fault.task)):
                 self.pending.remove(fault)
                 fired.append(self.fired[-1])
+            elif counted and self._due(fault, elapsed) and _may_come(runs.get(fault.task)):
+                # counted faults are a sequence: the next must not overtake this one
+                # (uploads go on during a recovery, so both can be due at once; an exit
+                # needs the restarted training's ranks, a SIGTERM only the top process)
+                held = True
         random_plan = self.plan.random
         if (random_plan is not None and self._awaiting_progress and not self._wall_clock_random
                 and self.last_step_t == float("-inf")
@@ -187,3 +200,8 @@ class ChaosDriver:
                             else "the next fault was drawn for after the run ended")
                          + "; use a shorter mtbf= or a longer run")
         return notes
+
+
+def _may_come(run: TaskRun | None) -> bool:
+    """The target may still be hit: its task has not started yet, or runs (not finished)."""
+    return run is None or not run.finished
