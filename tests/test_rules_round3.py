@@ -174,8 +174,6 @@ def test_the_framework_line_names_the_finish_over_the_generic_script_line(tmp_pa
 @pytest.mark.parametrize(("rule_id", "readings"), [
     # a bare cancellation: a stop from outside (reschedule) or a person's (abort)
     ("cancelled", [Decision.ABORT, Decision.RESCHEDULE]),
-    # a Ray actor's death: transient (retry) or its node gone (reschedule)
-    ("ray-worker-died", [Decision.RETRY, Decision.RESCHEDULE]),
     # a job verdict without the replica's log: transient or the replica's node
     ("platform-job-failed", [Decision.RETRY, Decision.RESCHEDULE]),
 ])
