@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_rules_tables import diagnose
+from tests.test_rules_tables import RULES, diagnose
+from wrapper.classifier import classify_artifacts
 
 
 @pytest.mark.parametrize(("line", "rule", "decision"), [
@@ -212,3 +213,18 @@ def test_a_real_dataloader_worker_killed_is_a_signal_death(tmp_path: Path) -> No
     # at interpreter shutdown. Whichever it is, a worker's death is retried: never an
     # abort (the bare EOFError was one before it was read as an input cut short).
     assert str(d.decision) == "retry", (lines[-1], d.why_won)
+
+
+def test_an_eoferror_decides_the_same_from_an_error_file_as_from_the_log(tmp_path: Path) -> None:
+    # the python table reads EOFError as transient; the torchelastic error file's
+    # exception type must be read the same way (one home for the class, not two answers)
+    import json
+    error_file = tmp_path / "error.json"
+    error_file.write_text(json.dumps({"message": {"message": "EOFError: ", "extraInfo": {
+        "py_callstack": "Traceback (most recent call last):\nEOFError", "timestamp": "1700000000"}},
+        "errorCode": 1}), encoding="utf-8")
+    log = tmp_path / "train.log"
+    log.write_text("step 3 loss 1.0\n", encoding="utf-8")
+    from_file = classify_artifacts(logs=[log], error_files=[error_file], exit_code=1, signal=None, rules=RULES)
+    from_log = diagnose(tmp_path, ["step 3 loss 1.0", "EOFError"])
+    assert str(from_file.decision) == str(from_log.decision) == "retry", (from_file.why_won, from_log.why_won)

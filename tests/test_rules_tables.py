@@ -61,6 +61,13 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", "cuda-program-error", "abort"),
     ("Error no kernel image is available for execution on the device at line 167 in file ops.cu", "cuda-program-error", "abort"),
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda-program-error", "abort"),
+    # cuBLAS statuses: a call the library does not support fails the same way again; a
+    # launch failure is the device's (or an earlier fault's), as an illegal address
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedExFix(handle, opa, opb, m, n, k, alpha, a, CUDA_R_16BF, lda)`", "cuda-program-error", "abort"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda)`", "cuda-program-error", "abort"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc)`", "cuda-illegal-memory-access", "retry"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", "cuda-illegal-memory-access", "retry"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda-oom", "abort"),
     ("h:1:2 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'", "cuda-oom", "abort"),
     ("RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8", "nccl-error", "retry"),
     ("ncclInternalError: Internal check failed.", "nccl-error", "retry"),
