@@ -58,6 +58,16 @@ def test_regex_matching_every_line_is_refused(tmp_path: Path) -> None:
     assert "matches the empty line" in error_of(path)
 
 
+def test_double_quoted_backslash_b_is_refused_not_silently_a_backspace(tmp_path: Path) -> None:
+    # YAML reads "\bfoo" as backspace + foo: a rule that can never match a log line
+    path = write(tmp_path, '- id: r1\n  category: c\n  decision: abort\n  match: {patterns: ["\\bfoo"]}\n')
+    text = error_of(path)
+    assert "rule 'r1' field 'match.patterns[0]'" in text and "control character" in text
+    # the same regex in single quotes is a word boundary, and loads
+    ok = write(tmp_path, "- id: r1\n  category: c\n  decision: abort\n  match: {patterns: ['\\bfoo']}\n")
+    assert load_rules([ok]).by_id("r1") is not None
+
+
 def test_rule_without_id_is_named_by_index(tmp_path: Path) -> None:
     path = write(tmp_path, "- {id: a, category: c, decision: abort, match: {}}\n- {category: c, decision: abort, match: {}}\n")
     assert error_of(path) == f"{path}: rule 1 field 'id': missing"
