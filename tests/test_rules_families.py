@@ -152,7 +152,7 @@ def test_the_budget_words_mid_line_in_a_config_dump_are_no_stop(tmp_path: Path) 
     # collective, a closed socket under TensorFlow -> no abort on a first occurrence
     ("jax.errors.JaxRuntimeError: INTERNAL: Failed to execute XLA Runtime executable: run time error: custom call "
      "'xla.gpu.all_reduce' failed: NCCL operation ncclAllReduce failed: unhandled cuda error", "unknown-failure", "retry"),
-    ("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", "unknown-failure", "retry"),
+    ("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", "python-transient-error", "retry"),
     ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded", "unknown-failure", "retry"),
     # ... while the out-of-memory status is the OOM rule's, and a library's own class still aborts
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
