@@ -24,9 +24,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # decision rubric (item 4), scored once at its end (40/50, 2 catastrophic);
 # blind6: gathered blind at the start of the sixth round, scored once at its end (46/55,
 # 5 catastrophic by its labels; 4 of them OOM / NaN labelled retry by a gathering brief
-# that contradicted the taxonomy's "abort": see benchmarks/README.md)
+# that contradicted the taxonomy's "abort": see benchmarks/README.md);
+# blind7, blind8: gathered blind at the start of the seventh round by two helpers (the
+# second one told to go past the obvious families), with a brief that states the
+# taxonomy's decisions, scored once at its end (45/57 and 45/49, 0 catastrophic)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
-        ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml")]
+        ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
+        ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml")]
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
