@@ -66,6 +66,9 @@ def test_double_quoted_backslash_b_is_refused_not_silently_a_backspace(tmp_path:
     # the same regex in single quotes is a word boundary, and loads
     ok = write(tmp_path, "- id: r1\n  category: c\n  decision: abort\n  match: {patterns: ['\\bfoo']}\n")
     assert load_rules([ok]).by_id("r1") is not None
+    # a tab is a character log lines hold ("\tsize mismatch for ..."): allowed
+    tab = write(tmp_path, '- id: r2\n  category: c\n  decision: abort\n  match: {patterns: ["\\tsize mismatch"]}\n')
+    assert load_rules([tab]).by_id("r2") is not None
 
 
 def test_rule_without_id_is_named_by_index(tmp_path: Path) -> None:

@@ -547,8 +547,8 @@ def portable_pattern(pattern: str) -> str:
 def _compile(pattern: str, field: str, ctx: _Field) -> re.Pattern[str]:
     # A control character in a pattern is a YAML escape taken by mistake: in a
     # double-quoted scalar "\b" is a backspace, not a word boundary, and the rule then
-    # silently never matches. Log lines are read without them (ANSI codes stripped).
-    control = next((c for c in pattern if ord(c) < 32 or ord(c) == 127), None)
+    # silently never matches. A tab is a character log lines do hold, so it stays.
+    control = next((c for c in pattern if (ord(c) < 32 and c != "\t") or ord(c) == 127), None)
     if control is not None:
         raise ctx.error(field, f"regex {pattern!r} contains the control character {control!r}",
                         fix="write regexes in single quotes in YAML ('\\b...'); in double "
