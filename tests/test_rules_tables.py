@@ -107,6 +107,7 @@ def test_one_line_from_each_list_decides(tmp_path: Path, line: str, rule: str, d
     "NVRM: Xid (PCI:0000:01:00): 45, pid=1, Ch 00000002",  # preemptive cleanup, no cause named
     "NET/IB : Got async event : port active",
     "the run printed 'invalid argument' in a help text",
+    "RuntimeError: CUDA error code 500: named symbol not found",  # a CUDA code, no HTTP status
 ])
 def test_near_misses_stay_unknown(tmp_path: Path, line: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
