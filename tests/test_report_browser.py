@@ -151,5 +151,8 @@ def test_a_real_run_with_a_fault_renders_its_attempts_and_recovery(tmp_path: Pat
     [fault] = page.kind("fault")
     assert bars[0].box[0] <= fault.box[0] <= bars[0].box[0] + bars[0].box[2] + 3
     restores = page.kind("restore")
-    assert restores and all(r.box[0] >= bars[1].box[0] - 3 for r in restores)
+    # a mark's time is its centre (its symbol is 10 px wide): the training may print its
+    # resume line within milliseconds of its start, a pixel or two into the bar (the left
+    # edge of the symbol then lies before the bar: that failed once on a loaded machine)
+    assert restores and all(r.box[0] + r.box[2] / 2 >= bars[1].box[0] - 1.0 for r in restores)
     assert int(page.kind("progress")[0].attrs["data-highest"]) == 40
