@@ -14,6 +14,7 @@ Two shapes of run:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -25,8 +26,20 @@ import pytest
 
 from tests.supervise_fixtures import REPO, child_env
 
+
 # The whole matrix (every fault x every framework) takes ~4 min of the suite's 10 on two
 # cores: a representative case per framework always runs, the rest on demand.
+def needs(module: str) -> pytest.MarkDecorator:
+    """Skip when ``module`` is not installed, without importing it: the trainings run in
+    subprocesses, and importing Lightning / DeepSpeed / Megatron-Core at collection cost
+    every pytest-xdist worker seconds of CPU (pytest.importorskip imports)."""
+    try:
+        absent = importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:  # a dotted name whose parent package is absent
+        absent = True
+    return pytest.mark.skipif(absent, reason=f"{module} is not installed")
+
+
 MATRIX_ENV = "RESCHED_FRAMEWORK_MATRIX"
 MATRIX = [pytest.mark.slow, pytest.mark.skipif(
     os.environ.get(MATRIX_ENV) != "1",

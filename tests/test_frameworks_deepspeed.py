@@ -25,11 +25,10 @@ from pathlib import Path
 import pytest
 from local_fixtures import free_port
 
-from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, needs, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
-pytest.importorskip("deepspeed")
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [needs("deepspeed"), pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = REPO / "examples" / "frameworks" / "deepspeed_train.py"
 LOADED = re.compile(r"deepspeed-train: loaded \S+ at global step (\d+)")

@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, needs, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
-pytest.importorskip("transformers")
-pytestmark = pytest.mark.e2e
+pytestmark = [needs("transformers"), pytest.mark.e2e]
 
 SCRIPT = Path(__file__).parent / "framework_trainings" / "hf_trainer.py"
 RESUMED = re.compile(r"Resuming training from checkpoint with epoch \d+ and global step (\d+)")

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, needs, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 from wrapper.checkpoint.layouts import inspect_layout
 
-pytest.importorskip("lightning")
-pytestmark = pytest.mark.e2e
+pytestmark = [needs("lightning"), pytest.mark.e2e]
 
 SCRIPT = Path(__file__).parent / "framework_trainings" / "lightning_train.py"
 STARTS = re.compile(r"lightning-train: training starts at global step (\d+)")

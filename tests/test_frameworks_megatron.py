@@ -24,11 +24,10 @@ from pathlib import Path
 import pytest
 from local_fixtures import free_port
 
-from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, run_with_fault
+from tests.framework_fixtures import MATRIX, RESCHEDULE, Fault, needs, run_with_fault
 from tests.supervise_fixtures import REPO, child_env
 
-pytest.importorskip("megatron.core")
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [needs("megatron.core"), pytest.mark.e2e, pytest.mark.slow]
 
 SCRIPT = REPO / "examples" / "frameworks" / "megatron_train.py"
 LOADED = re.compile(r"successfully loaded checkpoint from \S+ \[ t 1/2, p 1/1 \] at iteration (\d+)")

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.framework_fixtures import FAULTHOOK, MATRIX, TRAININGS
+from tests.framework_fixtures import FAULTHOOK, MATRIX, TRAININGS, needs
 from tests.local_fixtures import REPO, run_local, write_workflow
 
-pytest.importorskip("transformers")
-pytestmark = [pytest.mark.e2e, *MATRIX]
+pytestmark = [needs("transformers"), pytest.mark.e2e, *MATRIX]
 
 RESUMED = re.compile(r"Resuming training from checkpoint with epoch \d+ and global step (\d+)")
 

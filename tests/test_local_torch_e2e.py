@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.framework_fixtures import needs
 from tests.local_fixtures import REPO, LocalRun, free_port, processes_with_env, run_local
 
-pytest.importorskip("torch")
-pytestmark = [pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
+pytestmark = [needs("torch"), pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
 
 TEMPLATE = REPO / "templates" / "multi-node-torchrun.yaml"
 DEMO_VALUES = REPO / "examples" / "local-demo.yaml"
