@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import IO
 
+from wrapper.cache_dir import cache_dir
 from wrapper.checkpoint.errors import CheckpointError
-from wrapper.checkpoint.hashing import cache_dir, dir_key
+from wrapper.checkpoint.hashing import dir_key
 from wrapper.errors import ReschedError
 
 

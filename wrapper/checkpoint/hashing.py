@@ -23,18 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
+from wrapper.cache_dir import cache_dir
+
 CHUNK = 8 << 20
 _NO_CFR = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.EPERM}
 RACY_WINDOW_NS = 50_000_000
 _hasher_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="resched-hash")
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get("RESCHED_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "resched"
 
 
 def dir_key(directory: Path) -> str:

@@ -193,8 +193,14 @@ try:  # optional: `pip install resched[fast]`; without it the pure-`re` prefilte
 except ImportError:  # pragma: no cover - exercised by forcing ENGINE_ENV=re in tests
     _hs = None
 
+import contextlib
+import hashlib
+import json
 import os
 import threading
+from pathlib import Path
+
+from wrapper.cache_dir import cache_dir
 
 ENGINE_ENV = "RESCHED_PREFILTER"  # "re" forces the pure-`re` prefilter (tests, debugging)
 # Python's \s also matches \x0b, \x0c and \x1c-\x1f; Hyperscan's does not match \x1c-\x1f
@@ -276,12 +282,29 @@ def _hs_flags(pattern: re.Pattern[str]) -> int:
 
 
 def _compile(patterns: Sequence[re.Pattern[str]]) -> tuple[Any, tuple[int, ...]]:
-    """One Hyperscan database for the patterns it can take; returns (db, their indexes)."""
+    """One Hyperscan database for the patterns it can take; returns (db, their indexes).
+    Compiling the catalogue's takes a second of CPU; every process that scans (each
+    ``resched wrap``, ``resched classify``) needed it, so the compiled database is also
+    kept on disk (``_stored``), keyed by the patterns and the Hyperscan version."""
     assert _hs is not None
     key = tuple((p.pattern, p.flags) for p in patterns)
     with _DB_LOCK:
         if key in _DB_CACHE:
             return _DB_CACHE[key]
+    stored = _load_stored(key)
+    if stored is not None:
+        with _DB_LOCK:
+            _DB_CACHE[key] = stored
+        return stored
+    result = _build(patterns)
+    _store(key, result)
+    with _DB_LOCK:
+        _DB_CACHE[key] = result
+    return result
+
+
+def _build(patterns: Sequence[re.Pattern[str]]) -> tuple[Any, tuple[int, ...]]:
+    assert _hs is not None
     chosen = [i for i, p in enumerate(patterns) if _hyperscan_safe(p)]
 
     def build(indexes: list[int]) -> Any:
@@ -301,10 +324,88 @@ def _compile(patterns: Sequence[re.Pattern[str]]) -> tuple[Any, tuple[int, ...]]
             # find the patterns it rejects (rare: Python-only syntax); the rest still go fast
             chosen = [i for i in chosen if _compiles(build, i)]
             db = build(chosen) if chosen else None
-    result = (db, tuple(chosen) if db is not None else ())
-    with _DB_LOCK:
-        _DB_CACHE[key] = result
-    return result
+    return (db, tuple(chosen) if db is not None else ())
+
+
+# The stored database: a magic line, a JSON header (the indexes of the patterns it holds,
+# the sha256 of the serialized database), the database. Anything that does not check out
+# (another version, a torn write, a foreign file) is ignored and compiled again.
+_STORE_MAGIC = b"resched-prefilter-db 1\n"
+
+
+def _store_path(key: tuple[tuple[str, int], ...]) -> Path:
+    digest = hashlib.sha256(repr((_hs_version(), _ODD_ASCII_HS, key)).encode()).hexdigest()[:32]
+    return cache_dir() / "prefilter" / f"hs-{digest}.db"
+
+
+def _hs_version() -> str:
+    return str(getattr(_hs, "__version__", "")) + "/" + str(getattr(_hs, "HS_VERSION", ""))
+
+
+def _load_stored(key: tuple[tuple[str, int], ...]) -> tuple[Any, tuple[int, ...]] | None:
+    assert _hs is not None
+    try:
+        fd = os.open(_store_path(key), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if handle.readline() != _STORE_MAGIC:
+                return None
+            header = json.loads(handle.readline())
+            blob = handle.read()
+        if not isinstance(header, dict) or hashlib.sha256(blob).hexdigest() != header.get("sha256"):
+            return None
+        chosen = tuple(int(i) for i in header["chosen"])
+        if any(not 0 <= i < len(key) for i in chosen):
+            return None
+        db = _hs.loadb(blob, _hs.HS_MODE_BLOCK) if blob else None
+    except (OSError, ValueError, KeyError, TypeError, _hs.error):
+        return None
+    return (db, chosen) if db is not None else (None, ())
+
+
+_STORE_NAME = re.compile(r"hs-[0-9a-f]{32}\.db")
+_STORE_KEEP = 8  # databases of other catalogue versions kept (a rule file edited, a venv)
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    """Drop the oldest stored databases beyond ``_STORE_KEEP``: only regular files with
+    the names resched gives them (never a link, never another file in the folder)."""
+    stored = []
+    for entry in os.scandir(folder):
+        if _STORE_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            stored.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+    for _mtime, old in sorted(stored, reverse=True)[_STORE_KEEP:]:
+        if old != str(keep):
+            with contextlib.suppress(OSError):
+                os.unlink(old)
+
+
+def _store(key: tuple[tuple[str, int], ...], result: tuple[Any, tuple[int, ...]]) -> None:
+    """Best effort: a cache that cannot be written only costs a compile next time. The
+    file is written under a name of its own (O_EXCL) and renamed into place."""
+    assert _hs is not None
+    db, chosen = result
+    path = _store_path(key)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    created = False
+    try:
+        blob = _hs.dumpb(db) if db is not None else b""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        created = True
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_STORE_MAGIC)
+            handle.write(json.dumps({"chosen": list(chosen),
+                                     "sha256": hashlib.sha256(blob).hexdigest()}).encode() + b"\n")
+            handle.write(blob)
+        os.replace(tmp, path)
+        _prune(path.parent, keep=path)
+    except (OSError, _hs.error):
+        if created:  # only the file this call made; a name taken by another is left alone
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _compiles(build: Any, index: int) -> bool:

@@ -1,0 +1,115 @@
+"""The compiled Hyperscan database kept on disk (wrapper/classifier/prefilter.py `_store`):
+a later process loads it instead of compiling; anything that does not check out is
+ignored and compiled again; nothing outside resched's cache is read or replaced."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("hyperscan")
+
+from wrapper.classifier import prefilter
+from wrapper.classifier.rules import load_rules
+from wrapper.classifier.scanner import LineScanner
+
+LOG = ("step 10 loss 2.0\n"
+       "torch.distributed.DistBackendError: NCCL error in: ../ProcessGroupNCCL.cpp:1970, unhandled system error\n"
+       "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+       "[rank3]: KeyError: 'lr'\n")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RESCHED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(prefilter, "_DB_CACHE", {})  # as a new process starts
+    return tmp_path / "cache"
+
+
+def _hits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    monkeypatch.setattr(prefilter, "_DB_CACHE", {})
+    scanner = LineScanner(load_rules())
+    scanner.feed_text(LOG)
+    return [(h.rule_id, h.lineno) for h in scanner.hits]
+
+
+def _key() -> tuple[tuple[str, int], ...]:
+    """The patterns the scanner compiled (the one database of the last _hits)."""
+    [key] = prefilter._DB_CACHE
+    return key
+
+
+def test_a_stored_database_is_loaded_and_finds_the_same_lines(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _hits(monkeypatch)  # compiles and stores
+    [stored] = (cache / "prefilter").glob("hs-*.db")
+    key = _key()
+    loaded = prefilter._load_stored(key)
+    assert loaded is not None and loaded[1] == prefilter._DB_CACHE[key][1]
+    compiles = []
+    monkeypatch.setattr(prefilter, "_build", lambda patterns: compiles.append(1))
+    assert _hits(monkeypatch) == first and first  # from the stored database, no compile
+    assert not compiles
+    assert not [p for p in stored.parent.iterdir() if ".tmp-" in p.name]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "foreign"])
+def test_a_damaged_store_is_ignored_and_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    first = _hits(monkeypatch)
+    [stored] = (cache / "prefilter").glob("hs-*.db")
+    data = bytearray(stored.read_bytes())
+    if damage == "flip":
+        data[-100] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data = bytearray(b"not a database\n")
+    stored.write_bytes(bytes(data))
+    key = _key()
+    assert prefilter._load_stored(key) is None
+    assert _hits(monkeypatch) == first  # compiled again, and stored again whole
+    assert prefilter._load_stored(key) is not None
+
+
+def test_a_link_in_place_of_the_store_is_not_followed(cache: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _hits(monkeypatch)
+    [stored] = (cache / "prefilter").glob("hs-*.db")
+    elsewhere = tmp_path / "someone-elses-file"
+    elsewhere.write_bytes(stored.read_bytes())
+    stored.unlink()
+    stored.symlink_to(elsewhere)
+    key = _key()
+    assert prefilter._load_stored(key) is None  # O_NOFOLLOW: never read through a link
+    before = elsewhere.read_bytes()
+    assert _hits(monkeypatch) == first
+    assert elsewhere.read_bytes() == before  # the link's target is never written
+
+
+def test_an_unwritable_cache_only_costs_a_compile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("RESCHED_CACHE_DIR", str(blocker / "cache"))  # a path under a file
+    assert _hits(monkeypatch)
+    assert blocker.read_text() == "" and not os.path.isdir(blocker)
+
+
+def test_old_databases_are_pruned_and_nothing_else_is_touched(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = cache / "prefilter"
+    folder.mkdir(parents=True)
+    olds = []
+    for i in range(12):  # databases of twelve older catalogue versions
+        old = folder / f"hs-{i:032x}.db"
+        old.write_bytes(b"old")
+        os.utime(old, ns=(i * 10**9, i * 10**9))
+        olds.append(old)
+    mine = folder / "notes.txt"
+    mine.write_text("not resched's")
+    link = folder / f"hs-{99:032x}.db"
+    link.symlink_to(mine)
+    _hits(monkeypatch)  # stores the current one, then prunes
+    kept = sorted(p.name for p in folder.glob("hs-*.db") if not p.is_symlink())
+    assert len(kept) == prefilter._STORE_KEEP
+    assert olds[-1].exists() and not olds[0].exists()  # the oldest went first
+    assert mine.read_text() == "not resched's" and link.is_symlink()
