@@ -169,9 +169,12 @@ def test_output_only_progress_keeps_a_slow_but_steady_command_alive(tmp_path: Pa
 
 
 def _spawn_stubborn_grandchild(tmp_path: Path) -> Path:
+    # "grandchild up" on stdout once its pid is written: the first output, so a hang
+    # clock of the tests below starts only then (a short start-up allowance once ran out
+    # on a loaded machine before bash had started it: no pid file, a vacuous test)
     return write_script(tmp_path / "parent.sh", (
         "#!/bin/bash\n"
-        f"bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/grandchild.pid; "
+        f"bash -c 'trap \"\" TERM; echo $$ > {tmp_path}/grandchild.pid; echo grandchild up; "
         f"while true; do echo x >> {tmp_path}/alive; sleep 0.1; done' &\n"
         "wait\n"
     ))
@@ -201,7 +204,7 @@ def test_a_rank_in_a_session_of_its_own_is_killed_when_its_launcher_exits(
 def test_hang_kill_reaches_a_grandchild_that_ignores_sigterm(tmp_path: Path) -> None:
     script = _spawn_stubborn_grandchild(tmp_path)
     run, _, _ = supervise([str(script)], tmp_path, grace_s=0.5,
-                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
+                          hang=HangSettings(fixed_s=0.5, startup_s=30.0))
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert run.hung
     assert not pid_alive(grandchild)
@@ -215,7 +218,7 @@ def test_a_hung_group_gets_the_short_hang_grace_not_the_preemption_grace(
     burn the allocation. The pytest timeout fails the test if the long grace is used."""
     script = _spawn_stubborn_grandchild(tmp_path)
     run, _, _ = supervise([str(script)], tmp_path, grace_s=3600.0, hang_grace_s=0.5,
-                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
+                          hang=HangSettings(fixed_s=0.5, startup_s=30.0))
     grandchild = int(wait_for_file(tmp_path / "grandchild.pid"))
     assert run.hung
     assert not pid_alive(grandchild)
@@ -405,7 +408,7 @@ def test_a_stopped_command_is_continued_so_it_can_handle_sigterm(tmp_path: Path)
         "echo working\nkill -STOP $$\nsleep 600\n"
     ))
     run, _, _ = supervise([str(script)], tmp_path, grace_s=5.0,
-                          hang=HangSettings(fixed_s=0.5, startup_s=0.5))
+                          hang=HangSettings(fixed_s=0.5, startup_s=30.0))
     assert run.hung
     assert (tmp_path / "graceful").read_text() == "graceful\n"
     assert run.exit_code == 0  # it shut down by itself, no SIGKILL needed
