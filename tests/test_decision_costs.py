@@ -54,6 +54,19 @@ def test_only_megatrons_training_line_names_the_end_of_training() -> None:
     assert (tracker.iteration, tracker.total_steps) == (120, 1000)
 
 
+def test_mmengines_iteration_loop_names_its_end_its_epoch_loop_does_not() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    tracker.feed("11/25 03:15:40 - mmengine - INFO - Epoch(train) [3][1000/1000]  lr: 1.0e-02  loss: 0.51\n")
+    tracker.feed("11/25 03:15:41 - mmengine - INFO - Iter(val) [500/500]    eta: 0:00:00\n")
+    assert (tracker.iteration, tracker.total_steps) == (None, None)
+    tracker.feed("11/25 03:15:42 - mmengine - INFO - Iter(train) [   50/20000]  base_lr: 1.0e-02 lr: 1.0e-02  eta: 9:01:12\n")
+    assert (tracker.iteration, tracker.total_steps, tracker.last_step) == (50, 20000, 50)
+    tracker.feed("11/26 12:15:42 - mmengine - INFO - Iter(train) [20000/20000]  base_lr: 1.0e-04 lr: 1.0e-04  eta: 0:00:00\n")
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
+
+
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:
     """benchmarks/classify_accuracy.py on a two-log set: a hub 504 labelled retry (right)
     and the same log labelled abort (resched retries it: a wrong, not catastrophic,

@@ -32,6 +32,10 @@ _STEP_FAST = re.compile(r"step[\s=:]+(\d+)\b")
 # " iteration N/ TOTAL | consumed samples: ..."); an "iteration 500/500" of an epoch or
 # an eval loop says nothing about the end of training.
 _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
+# mmengine's IterBasedTrainLoop (MMSegmentation, MMDetection 3, ...): LogProcessor writes
+# "Iter(train) [  N/MAX]" with MAX = the loop's max_iters (mmengine/runner/log_processor.py);
+# its epoch form "Epoch(train) [e][i/len]" counts an epoch's batches and is not read here
+_MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
 
 
 def _word_char(char: str) -> bool:
@@ -72,8 +76,9 @@ class StepTracker:
 
     def __init__(self) -> None:
         self.last_step: int | None = None
-        # Megatron's ``iteration N/ TOTAL`` (TOTAL = --train-iters): the last N and its
-        # TOTAL, kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
+        # The training loop's own N of TOTAL (Megatron's ``iteration N/ TOTAL``, TOTAL =
+        # --train-iters; mmengine's ``Iter(train) [N/MAX]``): the last N and its TOTAL,
+        # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
         self.total_steps: int | None = None
@@ -90,6 +95,11 @@ class StepTracker:
                     if _MEGATRON_TAIL.match(text, match.end()):
                         self.iteration = max(self.iteration or 0, int(match.group(1)))
                         self.total_steps = int(match.group(2))
+        if "Iter(train) [" in text:
+            for match in _MMENGINE_ITER.finditer(text):
+                self._saw(match.group(1))
+                self.iteration = max(self.iteration or 0, int(match.group(1)))
+                self.total_steps = int(match.group(2))
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.
