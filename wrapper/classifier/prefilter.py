@@ -197,6 +197,7 @@ import contextlib
 import hashlib
 import json
 import os
+import platform
 import threading
 from pathlib import Path
 
@@ -334,12 +335,20 @@ _STORE_MAGIC = b"resched-prefilter-db 1\n"
 
 
 def _store_path(key: tuple[tuple[str, int], ...]) -> Path:
-    digest = hashlib.sha256(repr((_hs_version(), _ODD_ASCII_HS, key)).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(repr((_platform(), _ODD_ASCII_HS, key)).encode()).hexdigest()[:32]
     return cache_dir() / "prefilter" / f"hs-{digest}.db"
 
 
-def _hs_version() -> str:
-    return str(getattr(_hs, "__version__", "")) + "/" + str(getattr(_hs, "HS_VERSION", ""))
+@functools.lru_cache(maxsize=1)
+def _platform() -> str:
+    """What a compiled database is tied to: the Hyperscan version and the CPU it was
+    compiled for (Hyperscan refuses a database of another CPU's features), so one cache
+    dir shared by different nodes (an NFS home) keeps one database per kind of node."""
+    flags = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
+        flags = next((line for line in cpuinfo if line.startswith("flags")), "")
+    return "/".join((str(getattr(_hs, "__version__", "")), str(getattr(_hs, "HS_VERSION", "")),
+                     platform.machine(), hashlib.sha256(flags.encode()).hexdigest()[:16]))
 
 
 def _load_stored(key: tuple[tuple[str, int], ...]) -> tuple[Any, tuple[int, ...]] | None:
