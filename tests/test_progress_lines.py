@@ -39,6 +39,11 @@ CASES: dict[str, tuple[str, int | None, str]] = {
                         "iteration 100", 100, "loading checkpoint from /ck at iteration 100"),
     "megatron-finished": ("[after training is done] datetime: 2026-11-24 10:00:00 ", None,
                           "[before the start of training step] datetime: 2026"),
+    "mmengine-iteration": ("11/25 03:15:42 - mmengine - INFO - Iter(train) [  50/20000]  base_lr: "
+                           "1.0e-02 lr: 1.0e-02  eta: 9:01:12", 50,
+                           "11/25 03:15:40 - mmengine - INFO - Epoch(train) [3][1000/1000]  lr: 1.0e-02"),
+    "mmengine-saving": ("11/25 03:15:43 - mmengine - INFO - Saving checkpoint at 20000 iterations", 20000,
+                        "11/25 03:15:43 - mmengine - INFO - Saving checkpoint at 12 epochs"),
     "deepspeed-step": ("[2026-11-24 10:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] "
                        "step=10, skipped=0, lr=[0.001], mom=[(0.9, 0.999)]", 10,
                        "[Rank 0] step=10 done"),

@@ -100,6 +100,14 @@ PATTERNS: tuple[ProgressPattern, ...] = (
        r"\[after training is done\]",
        "megatron/training/training.py pretrain: print_datetime('after training is done'), "
        "then the final save", save_follows=True),
+    # --- mmengine (MMSegmentation, MMDetection 3, ...): the iteration loop's log line
+    # names max_iters; its epoch loop's "Epoch(train) [e][i/len]" counts an epoch's batches
+    _p("mmengine-iteration", "mmengine", K.STEP, "Iter(train) [",
+       r"\bIter\(train\) \[\s*(?P<step>\d+)/(?P<total>\d+)\]",
+       "mmengine/runner/log_processor.py get_log_after_iter (IterBasedTrainLoop)"),
+    _p("mmengine-saving", "mmengine", K.SAVED, "Saving checkpoint at ",
+       r"Saving checkpoint at (?P<step>\d+) iterations\b",
+       "mmengine/hooks/checkpoint_hook.py _save_checkpoint (said as the save starts)"),
     # --- DeepSpeed 0.19 (log_dist prefixes "[Rank 0] ")
     _p("deepspeed-step", "deepspeed", K.STEP, "skipped=",
        r"(?:^|\] )step=(?P<step>\d+), skipped=\d+, lr=",
