@@ -113,3 +113,13 @@ def test_old_databases_are_pruned_and_nothing_else_is_touched(cache: Path, monke
     assert len(kept) == prefilter._STORE_KEEP
     assert olds[-1].exists() and not olds[0].exists()  # the oldest went first
     assert mine.read_text() == "not resched's" and link.is_symlink()
+
+
+def test_a_linked_prefilter_folder_is_neither_read_nor_written(cache: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    elsewhere = tmp_path / "someone-elses-folder"
+    elsewhere.mkdir()
+    cache.mkdir()
+    (cache / "prefilter").symlink_to(elsewhere)
+    assert _hits(monkeypatch)  # compiled in memory, as without a cache
+    assert list(elsewhere.iterdir()) == []  # nothing written through the link

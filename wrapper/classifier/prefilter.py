@@ -351,10 +351,19 @@ def _platform() -> str:
                      platform.machine(), hashlib.sha256(flags.encode()).hexdigest()[:16]))
 
 
+def _ours(folder: Path) -> bool:
+    """resched makes its ``prefilter`` folder itself: one that is a link was made by
+    someone else, and nothing is read from or written through it."""
+    return not folder.is_symlink()
+
+
 def _load_stored(key: tuple[tuple[str, int], ...]) -> tuple[Any, tuple[int, ...]] | None:
     assert _hs is not None
+    path = _store_path(key)
+    if not _ours(path.parent):
+        return None
     try:
-        fd = os.open(_store_path(key), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
@@ -402,6 +411,8 @@ def _store(key: tuple[tuple[str, int], ...], result: tuple[Any, tuple[int, ...]]
     try:
         blob = _hs.dumpb(db) if db is not None else b""
         path.parent.mkdir(parents=True, exist_ok=True)
+        if not _ours(path.parent):
+            return
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         created = True
         with os.fdopen(fd, "wb") as handle:
