@@ -27,7 +27,7 @@ from test_checkpoint_layouts import torn_in_store
 from local_fixtures import free_port
 
 from wrapper.checkpoint import CheckpointStore
-from wrapper.checkpoint.layouts import TORN_DIR
+from wrapper.checkpoint.layouts import TORN_DIR, inspect_layout
 from wrapper.checkpoint.osmo_upload import UploadKind, upload_checkpoint
 
 pytestmark = [pytest.mark.e2e]
@@ -273,7 +273,14 @@ def test_lightning_style_ckpt_writer_killed_every_restored_ckpt_loads(
     store, local, final = _kill_while_uploading(
         tmp_path, [sys.executable, "-c", LIGHTNING_WRITER, str(ck), "6"], ck,
         kill_after_lines=rng.randint(2, 4), extra_delay_s=rng.uniform(0, 0.05))
-    assert final is UploadKind.UPLOADED
+    # Where the SIGKILL lands is chaos (the seed fixes only when it is sent): inside
+    # last.ckpt's copy, the final state is one that resume would load and fail on, so the
+    # final upload is refused and the store keeps the complete checkpoint a periodic
+    # upload committed (seen once under load: SKIPPED); anywhere else it is uploaded.
+    # Either way every checkpoint the store restores must load.
+    if final is not UploadKind.UPLOADED:
+        assert final is UploadKind.SKIPPED
+        assert inspect_layout(ck).complete is False, inspect_layout(ck).reason
     restored_dir = tmp_path / "restored"
     _restore(store, restored_dir)
     ckpts = sorted(restored_dir.glob("*.ckpt"))
