@@ -6,9 +6,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +282,48 @@ def test_launcher_own_error_file_has_no_rank_and_does_not_merge_with_rank_0(tmp_
     assert len(report.failures) == 2
     assert report.rank_exit_codes == {}  # rank 0's file holds no code; the launcher's names no rank
     assert report.root_cause is not None and report.root_cause.exception_type == "KeyError"
+
+
+def _wait_for_text(path: Path, *texts: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(text in path.read_text() for text in texts):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not show {texts} within {timeout} s: {path.read_text()[-2000:]}")
+
+
+_LOOPING_WORKER = textwrap.dedent("""
+    import os, time
+    print(f"rank {os.environ['RANK']} step 1", flush=True)
+    time.sleep(120)
+""")
+
+
+@pytest.mark.e2e
+@pytest.mark.torch
+@pytest.mark.parametrize(("sig", "rule", "decision"), [
+    (signal.SIGHUP, "terminal-hangup", "retry"),  # the session torchrun ran under closed
+    (signal.SIGTERM, "preempted", "reschedule"),  # a scheduler's stop
+])
+def test_real_torchrun_agent_signal_decides_by_which_signal(tmp_path: Path, sig: signal.Signals, rule: str,
+                                                            decision: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(_LOOPING_WORKER)
+    log = tmp_path / "torchrun.log"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with open(log, "w") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "0",
+             str(script)], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            _wait_for_text(log, "rank 0 step 1", "rank 1 step 1")  # the agent watches its workers now
+            agent.send_signal(sig)  # to the agent only, as a closed terminal or a scheduler would
+            code = agent.wait(timeout=60)
+        finally:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    assert code != 0
+    diagnosis = classify_artifacts(logs=[log], error_files=[], exit_code=code, signal=None, rules=RULES)
+    assert (diagnosis.rule_id, str(diagnosis.decision)) == (rule, decision), log.read_text()[-2000:]
