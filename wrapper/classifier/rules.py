@@ -41,8 +41,10 @@ _RULE_KEYS = {
 # process reached its normal exit (only read when the exit status is unknown), or Python
 # reported an exception and ignored it (its traceback is no failure: unraisable.py), or an
 # exception of a generic class closed a traceback (no cause by itself, but the process was
-# not on its way to a normal exit: success.py, raised_before).
-MARKS = ("success", "restart", "exit", "ignored", "raised")
+# not on its way to a normal exit: success.py, raised_before), or a training loop began
+# (a finished line before it ended an earlier run), or the run was asked to stop (a finished
+# line after it ends a loop the stop cut short: success.py, still_the_end).
+MARKS = ("success", "restart", "exit", "ignored", "raised", "start", "stop")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
@@ -157,8 +159,8 @@ class Rule:
     trust_exception_type: bool = False
     # where the facts behind the rule come from (URL + which list); table rows add theirs
     cites: tuple[str, ...] = ()
-    # "success" / "restart" / "exit" / "ignored" / "raised": the rule marks an event, it is
-    # never a failure's cause
+    # "success" / "restart" / "exit" / "ignored" / "raised" / "start" / "stop": the rule
+    # marks an event, it is never a failure's cause
     marks: str | None = None
 
     @property

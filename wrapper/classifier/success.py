@@ -13,6 +13,13 @@ strongest first:
    SUCCEEDED);
 3. progress: Megatron's ``iteration N/ TOTAL`` line with N = TOTAL (--train-iters).
 
+A finished line ends only its own run (``still_the_end``): not when a training loop starts
+or goes on after it (a script's second ``trainer.train()``, YOLOv5's next --evolve
+generation, Lightning refusing an early stop before ``min_epochs``: ``marks: start``), nor
+when a stop was asked for before it in the same run (a preemption's checkpoint-and-exit, a
+time budget, a user's stop button: the HF Trainer prints its usual end lines when a
+callback stopped it; ``marks: stop``).
+
 A storage or remote-service failure after a finished LINE (not the flag, which is
 written last) is the exception: the final save or an upload runs after those lines
 (``OUTPUT_AT_RISK``), so the failure decides.
@@ -57,7 +64,9 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     if expect_finished:
         return Finished(FLAG_RULE, "the finished-flag file exists") if finished else None
     success_ids = marked(rules, "success")
-    lines = [hit for hit in hits if hit.rule_id in success_ids]
+    starts = [hit.seq for hit in hits if hit.rule_id in marked(rules, "start")]
+    stops = [hit.seq for hit in hits if hit.rule_id in marked(rules, "stop")]
+    lines = [hit for hit in hits if hit.rule_id in success_ids and still_the_end(hit.seq, starts, stops)]
     if lines:
         # the last round's verdict; on one line, the more specific rule (the earlier in
         # the catalogue: a framework's own line before the generic script line) names it
@@ -72,6 +81,17 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
         return Finished(LAST_STEP_RULE, f"its last step was reached (iteration {last_step}/"
                                         f"{total_steps})")
     return None
+
+
+def still_the_end(seq: int, starts: Sequence[int], stops: Sequence[int]) -> bool:
+    """Whether a finished line at ``seq`` still ends the run: no training loop started (or
+    went on) after it, and no stop was asked for in its own run before it (frameworks print
+    their usual end lines when a stop request ended the loop early; a start between the
+    stop and the line means a new run, which then finished)."""
+    if any(start > seq for start in starts):
+        return False
+    began = max((start for start in starts if start < seq), default=-1)
+    return not any(began < stop < seq for stop in stops)
 
 
 def reached_last_step(last_step: int | None, total_steps: int | None) -> bool:

@@ -1,0 +1,130 @@
+"""Issue 20, ninth round: end-of-training lines of more frameworks, each read in its source
+(the catalogue cites it) for whether it is printed ONLY at the end (not in a ``finally``,
+not after Ctrl-C, not per generation); the near misses are the candidates the sources
+ruled out. And the scope of a finished line (success.py, ``still_the_end``): a training
+that starts or goes on after it, or a stop asked for before it, takes its word away."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_rules_tables import diagnose
+
+CRASH = "Segmentation fault (core dumped)"
+
+
+@pytest.mark.parametrize(("line", "rule"), [
+    # YOLOv5 / Ultralytics EarlyStopping.__call__
+    ("Stopping training early as no improvement observed in last 100 epochs. Best results observed at epoch 486, "
+     "best model saved as best.pt.", "finished-early-stop"),
+    ("EarlyStopping: Training stopped early as no improvement observed in last 50 epochs. Best results observed at "
+     "epoch 71, best model saved as best.pt.", "finished-early-stop"),
+    # mmengine EarlyStoppingHook
+    ("11/27 10:02:11 - mmengine - INFO - the monitored metric did not improve in the last 5 records. best score: 0.712. ",
+     "finished-early-stop"),
+    ("11/27 10:02:11 - mmengine - INFO - Stopping threshold reached: `coco/bbox_mAP` = 0.52 is greater than 0.5.",
+     "finished-early-stop"),
+    # fairseq2
+    ("[11/27/26 10:02:11] INFO     fairseq2 - Early stop requested. Stopping training at step 4200.", "finished-early-stop"),
+    ("[11/27/26 10:02:11] INFO     fairseq2 - End of training reached at step 20000.", "finished-fairseq"),
+    ("[11/27/26 10:02:11] INFO     fairseq2 - Task finished in 86,342 second(s) after 20,000 step(s)!",
+     "finished-fairseq"),
+    # MaxText's target loss
+    ("Training stopped: Target loss config.target_eval_loss=2.1 is achieved.", "finished-early-stop"),
+    # NeMo-RL
+    ("Max number of steps has been reached, stopping training early", "finished-script-line"),
+    ("Validation accuracy reached the early-stop threshold (0.9120 >= 0.9); stopping training", "finished-early-stop"),
+    # torchtitan's save at its last step
+    ("[rank0]:[titan] 2026-11-27 10:02:11,201 - root - INFO - Saving a full checkpoint at last step, step 3000.",
+     "finished-final-save"),
+    # llm-foundry's train(), with its log prefix
+    ("2026-11-27 10:02:11,201: rank0[4113][MainThread]: INFO: llmfoundry.command_utils.train: Done.",
+     "finished-script-line"),
+    # LitGPT finetune
+    ("Number of epochs 3 reached, stopping training...", "finished-script-line"),
+    # YOLOv5 --evolve, after its last generation
+    ("Hyperparameter evolution finished 300 generations", "finished-script-line"),
+])
+def test_a_finish_line_outranks_a_crash_after_it(tmp_path: Path, line: str, rule: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line, CRASH], exit_code=None, signal=11)
+    assert (d.rule_id, str(d.decision)) == (rule, "complete"), d.why_won
+
+
+@pytest.mark.parametrize("line", [
+    # timm: printed after `except KeyboardInterrupt: pass` too
+    "*** Best metric: 81.2 (epoch 287)",
+    # detectron2 / YOLOX: after_train runs in a finally
+    "[04/02 06:29:18 d2.engine.hooks]: Overall training speed: 18 iterations in 0:00:08 (0.4628 s / it)",
+    "2026-11-27 10:02:11 | INFO | yolox.core.trainer:196 - Training of experiment is done and the best AP is 40.12",
+    # torchtitan's seed checkpoint
+    "Saving a full checkpoint at last step, step 0.",
+    # MaxText's other stops: a SIGTERM, a failed checkpoint, data
+    "Training stopped: Job received termination signal (SIGTERM).",
+    # fairseq2 with an empty dataset (no "after N step(s)")
+    "Task finished in 3 second(s)!",
+    # a bare "Done." without llm-foundry's prefix
+    "Done.",
+    # time budgets, not ends
+    "Max time (120.00m) reached, stopping training...",
+    "Timeout has been reached, stopping training early",
+    # Lightning's EarlyStopping on a NaN metric
+    "Monitored metric val_loss = nan is not finite. Previous best value was 0.512. Signaling Trainer to stop.",
+    # Keras restores the best weights after a NaN stop as well
+    "Restoring model weights from the end of the best epoch: 12.",
+    # an early stop that is a single generation's, and the first stage of two
+    "Starting training for 100 epochs...",
+])
+def test_what_the_sources_ruled_out_is_no_end(tmp_path: Path, line: str) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line, CRASH], exit_code=None, signal=11)
+    assert str(d.decision) != "complete" and not d.finished_by, (d.rule_id, d.why_won)
+
+
+def test_wandb_footer_with_a_pid_is_an_exit_line(tmp_path: Path) -> None:
+    # wandb 0.12.3 - 0.12.10, in a saved log without its status (the upload after it hung):
+    # the process reached its normal exit with no error before it
+    d = diagnose(tmp_path, ["step 100 loss 2.31", "wandb: Waiting for W&B process to finish, PID 2057... (success).",
+                            "wandb: / 146.61MB of 146.75MB uploaded (0.00MB deduped)"], exit_code=None)
+    assert (d.rule_id, str(d.decision)) == ("exit-tracker-footer", "complete"), d.why_won
+    failed = diagnose(tmp_path, ["step 100 loss 2.31",
+                                 "wandb: Waiting for W&B process to finish, PID 2057... (failed 1). Press ctrl-c to abort syncing.",
+                                 "wandb: / 146.61MB of 146.75MB uploaded (0.00MB deduped)"], exit_code=None)
+    assert str(failed.decision) != "complete"
+
+
+HF_END = "Training completed. Do not forget to share your model on huggingface.co/models =)"
+
+
+@pytest.mark.parametrize("lines", [
+    # a second trainer.train() began after the first one's end (k-fold, a second stage)
+    ["***** Running training *****", HF_END, "***** Running training *****", "  Num examples = 1000"],
+    # YOLOv5 --evolve: the next generation after an early-stopped one
+    ["Stopping training early as no improvement observed in last 10 epochs. Best results observed at epoch 3, "
+     "best model saved as best.pt.", "Starting training for 30 epochs..."],
+    # Lightning refused the early stop (min_epochs)
+    ["Monitored metric val_loss did not improve in the last 3 records. Best score: 0.123. Signaling Trainer to stop.",
+     "Trainer was signaled to stop but the required `min_epochs=10` or `min_steps=None` has not been met. "
+     "Training will continue..."],
+    # a stop request, then the framework's usual end lines (the HF Trainer after a callback's stop)
+    ["Received SIGTERM, saving checkpoint at iteration 4400", HF_END],
+    ["Stop detected at step 120", HF_END, "Training finished: mean train_loss=1.23 over 120 steps"],
+])
+def test_a_finished_line_ends_only_its_own_run(tmp_path: Path, lines: list[str]) -> None:
+    for code, sig in ((None, 9), (1, None)):
+        d = diagnose(tmp_path, ["step 100 loss 2.31", *lines, "step 101 loss 2.30"], exit_code=code, signal=sig)
+        assert str(d.decision) != "complete" and not d.finished_by, (d.rule_id, d.why_won)
+
+
+@pytest.mark.parametrize("lines", [
+    # the second run finished too: its end decides
+    ["***** Running training *****", HF_END, "***** Running training *****", HF_END],
+    # a run preempted, requeued into the same log, resumed and finished
+    ["***** Running training *****", "Received SIGTERM, saving checkpoint at iteration 4400",
+     "***** Running training *****", HF_END],
+    # a stop after the end is teardown
+    [HF_END, "Received SIGTERM, saving checkpoint at iteration 4400"],
+])
+def test_the_last_run_that_finished_still_counts(tmp_path: Path, lines: list[str]) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", *lines, CRASH], exit_code=None, signal=11)
+    assert (d.rule_id, str(d.decision)) == ("finished-hf-trainer", "complete"), d.why_won
