@@ -128,3 +128,28 @@ def test_a_finished_line_ends_only_its_own_run(tmp_path: Path, lines: list[str])
 def test_the_last_run_that_finished_still_counts(tmp_path: Path, lines: list[str]) -> None:
     d = diagnose(tmp_path, ["step 100 loss 2.31", *lines, CRASH], exit_code=None, signal=11)
     assert (d.rule_id, str(d.decision)) == ("finished-hf-trainer", "complete"), d.why_won
+
+
+@pytest.mark.parametrize("error", [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "KeyError: 'model'",
+])
+def test_a_tracker_footer_the_script_printed_before_it_failed_is_no_exit(tmp_path: Path, error: str) -> None:
+    # YOLOX's Trainer.train: after_train (best AP line, wandb_logger.finish()) runs in a
+    # finally; the exception's traceback comes after the footer. Saved without its status.
+    lines = ["2026-11-27 10:02:11 | INFO | yolox.core.trainer:260 - epoch: 3/300, iter: 10/100, loss: 7.1",
+             "2026-11-27 10:02:12 | INFO | yolox.core.trainer:196 - Training of experiment is done and the best AP is 0.00",
+             "wandb: Waiting for W&B process to finish... (success).",
+             "wandb: Synced 5 W&B file(s), 0 media file(s), 0 artifact file(s) and 0 other file(s)",
+             "Traceback (most recent call last):", '  File "tools/train.py", line 140, in <module>', error]
+    d = diagnose(tmp_path, lines, exit_code=None)
+    assert str(d.decision) != "complete" and d.rule_id != "exit-tracker-footer", d.why_won
+
+
+def test_a_tracker_footer_at_exit_with_a_crash_in_teardown_stays_teardown(tmp_path: Path) -> None:
+    # wandb's own exit hook printed the footer; the crash came from a destructor after it
+    lines = ["step 100 loss 2.31", "wandb: Run summary:", "wandb:   loss 2.31",
+             "wandb: Synced 5 W&B file(s), 0 media file(s), 0 artifact file(s) and 0 other file(s)",
+             "terminate called without an active exception"]
+    d = diagnose(tmp_path, lines, exit_code=None, signal=6)
+    assert (d.rule_id, str(d.decision)) == ("exit-tracker-footer", "complete"), d.why_won

@@ -31,7 +31,8 @@ from typing import Any
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # an exception line that closes a traceback: the class (dotted) and its message
 EXCEPTION_LINE = re.compile(
-    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|[A-Za-z_][\w.]*Error\w*)"
+    # the bare class too ("Exception: ..."), but not a bare "Error: ..." (a plain log line)
+    r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)|Exception|[A-Za-z_][\w.]*Error\w*)"
     r"(?::\s?(.*))?$"
 )
 _SUMMARY_FIELD_RE = re.compile(r"^\s*(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")

@@ -43,8 +43,10 @@ _RULE_KEYS = {
 # exception of a generic class closed a traceback (no cause by itself, but the process was
 # not on its way to a normal exit: success.py, raised_before), or a training loop began
 # (a finished line before it ended an earlier run), or the run was asked to stop (a finished
-# line after it ends a loop the stop cut short: success.py, still_the_end).
-MARKS = ("success", "restart", "exit", "ignored", "raised", "start", "stop")
+# line after it ends a loop the stop cut short: success.py, still_the_end), or an experiment
+# tracker closed its run (an exit line unless a failure follows: success.py, exit_lines), or
+# a thread's traceback begins (a thread died, not the process: blocks.py).
+MARKS = ("success", "restart", "exit", "tracker", "ignored", "thread", "raised", "start", "stop")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",
@@ -159,8 +161,8 @@ class Rule:
     trust_exception_type: bool = False
     # where the facts behind the rule come from (URL + which list); table rows add theirs
     cites: tuple[str, ...] = ()
-    # "success" / "restart" / "exit" / "ignored" / "raised" / "start" / "stop": the rule
-    # marks an event, it is never a failure's cause
+    # "success" / "restart" / "exit" / "tracker" / "ignored" / "thread" / "raised" / "start" /
+    # "stop": the rule marks an event, it is never a failure's cause
     marks: str | None = None
 
     @property

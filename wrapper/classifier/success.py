@@ -33,8 +33,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from wrapper.classifier.blocks import inside_blocks
+from wrapper.classifier.line_prefix import warning_level
 from wrapper.classifier.rules import RuleSet
 from wrapper.classifier.scanner import LogHit
+from wrapper.decision import Decision
 
 
 @dataclass(frozen=True)
@@ -108,19 +111,40 @@ def marked(rules: RuleSet, mark: str) -> frozenset[str]:
     return frozenset(rule.id for rule in rules.rules if rule.marks == mark)
 
 
+def exit_lines(rules: RuleSet, hits: Sequence[LogHit]) -> list[LogHit]:
+    """The lines that say the process was on its way out: those of a ``marks: exit`` rule
+    (printed only at interpreter exit), and an experiment tracker's end-of-run footer
+    (``marks: tracker``) that no failure line follows. The footer comes from the tracker's
+    exit hook, after a crash's traceback, or from the script closing its run itself, which
+    can happen anywhere (YOLOX's trainer in a ``finally``, Megatron on its SIGTERM exit): a
+    failure after it means the process went on, and that failure decides."""
+    exit_ids, tracker_ids = marked(rules, "exit"), marked(rules, "tracker")
+    failure_ids = _failure_rule_ids(rules)
+    in_threads = inside_blocks(hits, marked(rules, "thread"))  # a thread died, not the process
+    last_failure = max((hit.seq for hit in hits if hit.rule_id in failure_ids
+                        and id(hit) not in in_threads and not warning_level(hit.text)), default=-1)
+    return [hit for hit in hits
+            if hit.rule_id in exit_ids or (hit.rule_id in tracker_ids and hit.seq > last_failure)]
+
+
+def _failure_rule_ids(rules: RuleSet) -> frozenset[str]:
+    """Rules whose line is a failure's: no marks rule, no catch-all, no success."""
+    return frozenset(rule.id for rule in rules.rules
+                     if rule.marks is None and rule.counts_as_failure and rule.patterns
+                     and rule.decision is not Decision.COMPLETE)
+
+
 def normal_exit(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
     """The last line that the process prints only on its way out of a normal interpreter
-    exit (a ``marks: exit`` rule), or None. Read only when the exit status is unknown (a
-    saved log without it): such a line and no error in the log stand for an exit 0."""
-    exit_ids = marked(rules, "exit")
-    return max((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
+    exit (``exit_lines``), or None. Read only when the exit status is unknown (a saved log
+    without it): such a line and no error in the log stand for an exit 0."""
+    return max(exit_lines(rules, hits), key=lambda h: h.seq, default=None)
 
 
 def first_exit_line(rules: RuleSet, hits: Sequence[LogHit]) -> LogHit | None:
-    """The first line that the process prints only on its way out (a ``marks: exit``
-    rule): from there on it was exiting. None when the log has none."""
-    exit_ids = marked(rules, "exit")
-    return min((hit for hit in hits if hit.rule_id in exit_ids), key=lambda h: h.seq, default=None)
+    """The first line that the process prints only on its way out (``exit_lines``): from
+    there on it was exiting. None when the log has none."""
+    return min(exit_lines(rules, hits), key=lambda h: h.seq, default=None)
 
 
 def last_restart_seq(rules: RuleSet, hits: Sequence[LogHit]) -> int:

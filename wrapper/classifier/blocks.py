@@ -1,0 +1,33 @@
+"""Traceback blocks that a header line opens: CPython's ``Exception ignored in: <object>``
+(``sys.unraisablehook``) and threading's ``Exception in thread NAME:``
+(``threading.excepthook``). Each is followed by a traceback and closed by its exception
+line; what it reports did not end the process (an ignored exception, a thread that died).
+
+Sources: CPython Python/errors.c (``write_unraisable_exc``), Lib/threading.py
+(``excepthook``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from wrapper.classifier.launcher_logs import EXCEPTION_LINE
+from wrapper.classifier.line_prefix import search
+from wrapper.classifier.scanner import LogHit
+
+_MAX_BLOCK_LINES = 200  # a traceback longer than this is cut off: the block ends there
+
+
+def inside_blocks(hits: Sequence[LogHit], header_ids: Collection[str]) -> set[int]:
+    """The ``id()`` of every hit inside a block opened by a hit of ``header_ids``: from the
+    header to the exception line that closes its traceback (the first hit after it that is
+    one), on the same stream. The headers themselves are not included."""
+    inside: set[int] = set()
+    for start in (hit for hit in hits if hit.rule_id in header_ids):
+        later = sorted((h for h in hits if h.stream == start.stream and h.seq > start.seq
+                        and start.lineno < h.lineno <= start.lineno + _MAX_BLOCK_LINES
+                        and h.rule_id not in header_ids), key=lambda h: h.seq)
+        closing = next((h for h in later if search(EXCEPTION_LINE, h.text)), None)
+        end = closing.lineno if closing is not None else start.lineno
+        inside.update(id(h) for h in later if h.lineno <= end)
+    return inside
