@@ -51,6 +51,16 @@ from tests.test_rules_tables import diagnose
     # graph/rings.cc: the ranks disagree about the topology
     ("gpu-c-1:881:930 [0] graph/rings.cc:40 NCCL WARN Error : ring 2 does not loop back to start (9 != 0)", "nccl-invalid-usage", "abort"),
     ("gpu-c-1:881:930 [0] graph/rings.cc:52 NCCL WARN Error : ring 1 does not contain rank 4", "nccl-invalid-usage", "abort"),
+    # NCCL's shm transport: /dev/shm too small, as c10d's "Last error:" quotes it (ninth round)
+    ("Error while creating shared memory segment /dev/shm/nccl-CsYXMW (size 9637888)", "nccl-invalid-usage", "abort"),
+    # ---- a NaN loss a framework stops on (ninth round) ----
+    # TensorFlow's NanTensorHook, the CheckNumerics op TF-slim puts on the loss
+    ("ERROR:tensorflow:Model diverged with loss = NaN.", "loss-nan", "abort"),
+    ("INFO:tensorflow:Error reported to Coordinator: <class 'tensorflow.python.framework.errors_impl.InvalidArgumentError'>, "
+     "LossTensor is inf or nan. : Tensor had NaN values", "loss-nan", "abort"),
+    # Megatron's rerun state machine, its message cut where a pasted excerpt often ends
+    ("ERROR:megatron.core.rerun_state_machine:Rank 3, node n1, device 3, iteration #3: First rerun: unexpected result is "
+     "reproducible within the tolerance (nan = nan). Need to rerun on a different GPU to verify cor", "megatron-rerun-16", "reschedule"),
 ])
 def test_family_line_decides(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
@@ -71,6 +81,10 @@ def test_family_line_decides(tmp_path: Path, line: str, rule: str, decision: str
     ("Tolerations:  node.kubernetes.io/not-ready:NoExecute op=Exists for 300s", "platform-node-lost"),
     # an actor killed on purpose: its node is fine
     ("The actor is dead because it was killed by `ray.kill`.", "platform-node-lost"),
+    # Megatron's NaN in the gradient norm is what its rerun state machine then judges (a
+    # GPU's silent data corruption or the model's NaN): no abort on that line alone
+    ("Unexpected result inf (message='found Inf in local grad norm for bucket #6 in backward pass before data-parallel "
+     "communication collective')", "loss-nan"),
 ])
 def test_family_near_miss(tmp_path: Path, line: str, not_rule: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line, "exiting"])
@@ -211,3 +225,13 @@ def test_a_signal_death_in_the_log_is_no_success_at_exit_0(tmp_path: Path, line:
 def test_signal_words_elsewhere_are_no_death_report(tmp_path: Path, line: str) -> None:
     d = diagnose(tmp_path, ["step 100 loss 2.31", line, "done"], exit_code=0)
     assert d.rule_id != "signal-death-in-log", d.why_won
+
+
+def test_megatron_rerun_verdict_decides_after_the_nan_it_judged(tmp_path: Path) -> None:
+    # the NaN line comes first, the state machine's verdict after it: the verdict decides
+    lines = ["ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 3 at iteration #3 invocation #2 "
+             "(message='found NaN in local grad norm for bucket #0 in backward pass before data-parallel communication collective')",
+             "WARNING:megatron.core.rerun_state_machine:First rerun: unexpected result is not reproducible within the tolerance (nan != 1.2)",
+             "WARNING:megatron.core.rerun_state_machine:Possible transient error!"]
+    d = diagnose(tmp_path, lines, exit_code=None)
+    assert (d.rule_id, str(d.decision)) == ("megatron-rerun-17-transient", "retry"), d.why_won

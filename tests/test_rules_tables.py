@@ -53,6 +53,11 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("NVRM: Xid (0000:01:00): 144, NVLINK: SAW error", "gpu-hardware-fault", "reschedule"),
     ("NVRM: Xid (PCI:0000:3b:00): 31, pid=7, Ch 00000008, intr 10000000. MMU Fault", "cuda-illegal-memory-access", "retry"),
     ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "gpu-hardware-fault", "reschedule"),
+    # the Kubernetes device plugin's health check takes a GPU out of service (both wordings);
+    # "XidCriticalError:" is no Python exception class
+    ("2020/08/10 19:09:42 XidCriticalError: Xid=69 on Device=GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8, the device will go unhealthy.", "gpu-hardware-fault", "reschedule"),
+    ("I1127 10:02:11.000000       1 health.go:152] XidCriticalError: Xid=79 on Device=GPU-7540a9b3; marking device as unhealthy.", "gpu-hardware-fault", "reschedule"),
+    ("2020/08/10 19:09:42 'nvidia.com/gpu' device marked unhealthy: GPU-7540a9b3-eeb9-1214-1526-f93c9ea826a8", "gpu-hardware-fault", "reschedule"),
     # no GPU / driver visible to the process: torch.cuda's own assertion, not a user error
     ("AssertionError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver", "gpu-driver-fabric-fault", "reschedule"),
     ("RuntimeError: No CUDA GPUs are available", "gpu-driver-fabric-fault", "reschedule"),
