@@ -67,8 +67,9 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     if expect_finished:
         return Finished(FLAG_RULE, "the finished-flag file exists") if finished else None
     success_ids = marked(rules, "success")
-    starts = [hit.seq for hit in hits if hit.rule_id in marked(rules, "start")]
-    stops = [hit.seq for hit in hits if hit.rule_id in marked(rules, "stop")]
+    start_ids, stop_ids = marked(rules, "start"), marked(rules, "stop")
+    starts = [hit.seq for hit in hits if hit.rule_id in start_ids]
+    stops = [hit.seq for hit in hits if hit.rule_id in stop_ids]
     lines = [hit for hit in hits if hit.rule_id in success_ids and still_the_end(hit.seq, starts, stops)]
     if lines:
         # the last round's verdict; on one line, the more specific rule (the earlier in
