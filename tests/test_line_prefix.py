@@ -33,6 +33,14 @@ PREFIXES = [
     "2024-05-01T10:00:00.123456789Z ",                    # kubectl --timestamps
     "E0501 10:00:00.123456  1234 trainer.cc:12] ",        # glog
     "2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c] ",  # two brackets
+    "05/01/2024 10:00:00 - ERROR - __main__ - ",          # Hugging Face examples' format
+    "05/01 10:00:00 - mmengine - ERROR - ",               # mmengine's MMLogger
+    "[2024-05-01 10:00:00,123][__main__][ERROR] - ",      # Hydra's job logging
+    "2024-05-01 10:00:00.123 | ERROR    | __main__:main:42 - ",  # loguru
+    "2024-05-01T10:00:00.123456789Z stderr F ",           # kubelet CRI log (/var/log/pods)
+    "May 01 10:00:00 gpu-node-7 python3[81234]: ",        # journald / syslog
+    "Epoch 1:  4%|4         | 18/387 [05:44<1:57:56, 19.13s/it]",  # tqdm bar, no newline
+    " 60%|██████    | 6/10 [00:03<00:02,  1.99it/s]",      # tqdm bar with block characters
 ]
 
 
@@ -47,6 +55,8 @@ def test_each_prefix_is_removed(prefix: str) -> None:
     "Traceback (most recent call last):",
     '  File "train.py", line 3, in <module>',
     "torch.distributed.DistBackendError: NCCL error",
+    "Loss went to 100% of the budget: KeyError later",     # a percent is no tqdm bar
+    "- KeyError: 'lr' was raised",                         # a dash alone is no prefix
 ])
 def test_a_line_without_prefix_is_left_whole(line: str) -> None:
     assert without_prefix(line) is None

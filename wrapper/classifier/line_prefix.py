@@ -20,8 +20,13 @@ torch/distributed/elastic/multiprocessing/api.py), Open MPI ``--tag-output``
 (``[jobid,rank]<stderr>:``), pdsh / DeepSpeed's multinode runner (``host: ``:
 deepspeed/launcher/multinode_runner.py), ``srun --label`` (``0: ``), glog
 (``E0501 10:00:00.123456  1234 file.cc:12] ``), Python logging's default and common
-formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``), ``kubectl logs --prefix``
-(``[pod/name/container] ``), ``docker compose logs`` (``service-1  | ``).
+formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face examples'
+``05/01/2024 10:00:00 - LEVEL - name - ``, mmengine's ``05/01 10:00:00 - mmengine - LEVEL -
+``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
+``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
+(``service-1  | ``), the kubelet's CRI container logs (``<RFC 3339> stderr F ``),
+journald / syslog (``May 01 10:00:00 host python3[1234]: ``), and a tqdm bar that the
+error's first line is glued to (tqdm ends its bar with a carriage return).
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ _ONE = (
     r"(?:"
     # Ray: (TrainWorker pid=91, ip=10.0.0.3)  (pid=91)  (raylet, ip=10.0.0.3)
     r"\((?:[\w.:<>-]{1,80}(?:,? )?)?(?:pid=\d+|ip=[\w.:]+)(?:, [\w]+=[^()\s]{1,80}){0,4}\)"
-    # torchrun / kubectl / Megatron / most loggers: [rank0]: [default1]: [2024-05-01 10:00:00]
-    r"|\[[^\]\n]{1,120}\](?::|<std(?:out|err)>:)?"
+    # torchrun / kubectl / Megatron / most loggers: [rank0]: [default1]: [2024-05-01 10:00:00];
+    # Hydra's job logging closes its brackets with " - ": [asctime][name][LEVEL] - msg
+    r"|\[[^\]\n]{1,120}\](?::|<std(?:out|err)>:| -(?= ))?"
     # srun --label, and a bare rank number: "12: "
     r"|\d{1,6}: "
     # pdsh / DeepSpeed's multinode runner: "worker-3: ", "node012: ", "10.0.0.3: "
@@ -49,12 +55,27 @@ _ONE = (
     # timestamps: 2024-05-01 10:00:00,123 / 2024-05-01T10:00:00.123456789Z / 10:00:00.123
     r"|\d{4}[-/]\d{2}[-/]\d{2}(?:[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?)?"
     r"|\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+    # month first, as the Hugging Face examples' datefmt (%m/%d/%Y %H:%M:%S) and mmengine
+    # (%m/%d %H:%M:%S) write it: 05/01/2024 10:00:00, 05/01 10:00:00
+    r"|\d{2}/\d{2}(?:/\d{2,4})?[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+    # syslog / journald (journalctl's short format): May 01 10:00:00 host python3[1234]:
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]?\d \d{2}:\d{2}:\d{2}"
+    r" [\w.-]{1,64} [\w.@/-]{1,64}(?:\[\d+\])?:"
+    # the CRI log format kubelet keeps per container (/var/log/pods): after its RFC 3339
+    # timestamp, the stream and F (full line) or P (partial line)
+    r"|std(?:out|err) [FP](?= )"
+    # loguru's default format: " | ERROR    | module:function:line - "
+    rf"|\| ?{_LEVEL} *\| ?[\w.<>-]{{1,120}}:[\w.<>-]{{1,120}}:\d+ -(?= )"
+    # a tqdm bar the program was drawing when the error came: tqdm ends it with a carriage
+    # return, not a newline, so the exception's first line is glued to the bar
+    # ("Epoch 1:  4%|4         | 18/387 [05:44<1:57:56, 19.13s/it]ValueError: ...")
+    r"|[^|\n]{0,80}?\d{1,3}%\|[^|\n]{0,200}\|[^\[\n]{0,80}\[[^\]\n]{0,160}\]"
     # glog: E0501 10:00:00.123456  1234 file.cc:12]
     r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{1,9} +\d+ [\w./-]{1,120}:\d+\]"
     # Python logging: "ERROR:torch.distributed:" (basicConfig's default), "ERROR - ",
     # "- name - ERROR - "
     rf"|{_LEVEL}:[\w.]{{0,120}}:"
-    rf"|(?:- )?(?:[\w.]{{1,120}} - )?{_LEVEL}(?: -|:|\b)"
+    rf"|(?:- )?(?:[\w.]{{1,120}} - )?{_LEVEL}(?: -|:|\b)(?: [\w.]{{1,120}} -(?= ))?"
     r")"
 )
 _PREFIXES = re.compile(rf"(?:[ \t]*{_ONE}[ \t]*){{1,8}}")
