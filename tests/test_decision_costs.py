@@ -67,6 +67,23 @@ def test_mmengines_iteration_loop_names_its_end_its_epoch_loop_does_not() -> Non
     assert reached_last_step(tracker.iteration, tracker.total_steps)
 
 
+def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    # a validation bar and a sampler's bar, whatever their counts, name no end of training
+    tracker.feed("Validation steps: 100%|##########| 50/50 [00:05<00:00,  9.9it/s]\n"
+                 "100%|##########| 25/25 [00:02<00:00, 11.0it/s]\n")
+    assert (tracker.iteration, tracker.total_steps) == (None, None)
+    # tqdm redraws the bar with carriage returns: one physical line, many segments
+    tracker.feed("Steps:  50%|#####     | 3464/6928 [18:44<18:44,  3.08it/s, lr=2e-5, step_loss=0.13]"
+                 "\rSteps:  50%|#####     | 3465/6928 [18:44<18:43,  3.08it/s, lr=2e-5, step_loss=0.12]\n")
+    assert (tracker.iteration, tracker.total_steps) == (3465, 6928)
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("[default0]:steps: 100%|##########| 6928/6928 [37:28<00:00, 11.45s/it, avr_loss=0.1]\n")
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
+
+
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:
     """benchmarks/classify_accuracy.py on a two-log set: a hub 504 labelled retry (right)
     and the same log labelled abort (resched retries it: a wrong, not catastrophic,

@@ -153,3 +153,19 @@ def test_a_tracker_footer_at_exit_with_a_crash_in_teardown_stays_teardown(tmp_pa
              "terminate called without an active exception"]
     d = diagnose(tmp_path, lines, exit_code=None, signal=6)
     assert (d.rule_id, str(d.decision)) == ("exit-tracker-footer", "complete"), d.why_won
+
+
+def test_the_diffusers_steps_bar_at_its_total_outranks_a_timeout_in_the_final_save(tmp_path: Path) -> None:
+    """A diffusers-style script (tqdm desc="Steps" over max_train_steps) drew its bar to the
+    end, then a collective timed out while accelerate saved the state: the training's last
+    step is done. The same bar short of its total leaves the timeout to decide."""
+    timeout = ("[rank0]:[E1202 16:33:31.475880828 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+               "collective operation timeout: WorkNCCL(SeqNum=140, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+               "Timeout(ms)=1800000) ran for 1800093 milliseconds before timing out.")
+    save = "12/02/2024 16:03:31 - INFO - accelerate.accelerator - Saving current state to out/checkpoint-{n}"
+    done = diagnose(tmp_path, ["Steps: 100%|##########| 6928/6928 [37:28<00:00, 11.45s/it, lr=2e-05]",
+                               save.format(n=6928), timeout], exit_code=1)
+    assert (done.rule_id, str(done.decision)) == ("last-step-reached", "complete"), done.why_won
+    short = diagnose(tmp_path, ["Steps:  72%|#######   | 5000/6928 [27:02<10:25, 3.08it/s, lr=2e-05]",
+                                save.format(n=5000), timeout], exit_code=1)
+    assert (short.rule_id, str(short.decision)) == ("nccl-watchdog-timeout", "retry"), short.why_won

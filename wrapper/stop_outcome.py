@@ -36,6 +36,13 @@ _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 # "Iter(train) [  N/MAX]" with MAX = the loop's max_iters (mmengine/runner/log_processor.py);
 # its epoch form "Epoch(train) [e][i/len]" counts an epoch's batches and is not read here
 _MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
+# The training bar of the diffusers example scripts and the many trainers built from them
+# (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
+# once global_step >= max_train_steps) and of kohya's sd-scripts (desc="steps", over the
+# steps left): its N/TOTAL counts optimizer steps to the end. Read only as the bar's own
+# description at the start of a segment (tqdm redraws with a carriage return), so that
+# "Validation steps: 100%|..." or a sampler's bar is not taken for it.
+_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
 
 
 def _word_char(char: str) -> bool:
@@ -77,7 +84,8 @@ class StepTracker:
     def __init__(self) -> None:
         self.last_step: int | None = None
         # The training loop's own N of TOTAL (Megatron's ``iteration N/ TOTAL``, TOTAL =
-        # --train-iters; mmengine's ``Iter(train) [N/MAX]``): the last N and its TOTAL,
+        # --train-iters; mmengine's ``Iter(train) [N/MAX]``; the diffusers scripts' ``Steps:``
+        # bar): the last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
@@ -95,6 +103,11 @@ class StepTracker:
                     if _MEGATRON_TAIL.match(text, match.end()):
                         self.iteration = max(self.iteration or 0, int(match.group(1)))
                         self.total_steps = int(match.group(2))
+        if "teps:" in text:
+            for match in _STEPS_BAR.finditer(text):
+                self._saw(match.group(1))
+                self.iteration = max(self.iteration or 0, int(match.group(1)))
+                self.total_steps = int(match.group(2))
         if "Iter(train) [" in text:
             for match in _MMENGINE_ITER.finditer(text):
                 self._saw(match.group(1))
