@@ -82,6 +82,14 @@ def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     assert not reached_last_step(tracker.iteration, tracker.total_steps)
     tracker.feed("[default0]:steps: 100%|##########| 6928/6928 [37:28<00:00, 11.45s/it, avr_loss=0.1]\n")
     assert reached_last_step(tracker.iteration, tracker.total_steps)
+    # a script's own "Steps" bar over one epoch's batches (no diffusers / kohya postfix) is
+    # not read; nor a bar that started again: its last reading counts
+    other = StepTracker()
+    other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, loss=0.3]\n")
+    assert (other.iteration, other.total_steps) == (None, None)
+    other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, step_loss=0.3]\n"
+               "Steps:   4%|4         | 37/1000 [00:04<01:40,  9.6it/s, step_loss=0.4]\n")
+    assert (other.iteration, other.total_steps) == (37, 1000)
 
 
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:

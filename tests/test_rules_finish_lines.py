@@ -163,9 +163,9 @@ def test_the_diffusers_steps_bar_at_its_total_outranks_a_timeout_in_the_final_sa
                "collective operation timeout: WorkNCCL(SeqNum=140, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
                "Timeout(ms)=1800000) ran for 1800093 milliseconds before timing out.")
     save = "12/02/2024 16:03:31 - INFO - accelerate.accelerator - Saving current state to out/checkpoint-{n}"
-    done = diagnose(tmp_path, ["Steps: 100%|##########| 6928/6928 [37:28<00:00, 11.45s/it, lr=2e-05]",
+    done = diagnose(tmp_path, ["Steps: 100%|##########| 6928/6928 [37:28<00:00, 11.45s/it, lr=2e-05, step_loss=0.125]",
                                save.format(n=6928), timeout], exit_code=1)
     assert (done.rule_id, str(done.decision)) == ("last-step-reached", "complete"), done.why_won
-    short = diagnose(tmp_path, ["Steps:  72%|#######   | 5000/6928 [27:02<10:25, 3.08it/s, lr=2e-05]",
+    short = diagnose(tmp_path, ["Steps:  72%|#######   | 5000/6928 [27:02<10:25, 3.08it/s, lr=2e-05, step_loss=0.2]",
                                 save.format(n=5000), timeout], exit_code=1)
     assert (short.rule_id, str(short.decision)) == ("nccl-watchdog-timeout", "retry"), short.why_won

@@ -38,11 +38,14 @@ _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 _MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
-# once global_step >= max_train_steps) and of kohya's sd-scripts (desc="steps", over the
-# steps left): its N/TOTAL counts optimizer steps to the end. Read only as the bar's own
-# description at the start of a segment (tqdm redraws with a carriage return), so that
-# "Validation steps: 100%|..." or a sampler's bar is not taken for it.
-_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|\s*(\d+)/(\d+) \[")
+# once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
+# sd-scripts (desc="steps" over the steps left, postfix avr_loss=...): its N/TOTAL counts
+# optimizer steps to the end. Other scripts draw a "Steps" bar over ONE epoch's batches
+# (100% at every epoch's end), so the bar counts only with those scripts' own postfix, as
+# the bar's description at a segment start (tqdm redraws with a carriage return), and its
+# LAST reading counts (a per-epoch bar starts again from 0).
+_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
+                        r"\s*(\d+)/(\d+) \[[^\]\r\n]*\b(?:step_loss|avr_loss)=")
 
 
 def _word_char(char: str) -> bool:
@@ -106,8 +109,7 @@ class StepTracker:
         if "teps:" in text:
             for match in _STEPS_BAR.finditer(text):
                 self._saw(match.group(1))
-                self.iteration = max(self.iteration or 0, int(match.group(1)))
-                self.total_steps = int(match.group(2))
+                self.iteration, self.total_steps = int(match.group(1)), int(match.group(2))
         if "Iter(train) [" in text:
             for match in _MMENGINE_ITER.finditer(text):
                 self._saw(match.group(1))
