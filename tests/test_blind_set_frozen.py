@@ -33,11 +33,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # (33/42 with 1 catastrophic, 36/41 with 0);
 # blind11, blind12: gathered blind at the start of the ninth round by two helpers (owners
 # a-m and n-z), frozen at 15:43 UTC, scored once at its end (38/47 with 0 catastrophic,
-# 35/47 with 3; the same as at the round's start)
+# 35/47 with 3; the same as at the round's start);
+# blind13, blind14: gathered blind at the start of the tenth round by two helpers (owners
+# a-m and n-z), frozen at 17:00 / 17:02 UTC, scored once at its end (40/48 with 1
+# catastrophic, 37/46 with 0; the same as at the round's start)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
-        ("blind10", "blind10.yaml"), ("blind11", "blind11.yaml"), ("blind12", "blind12.yaml")]
+        ("blind10", "blind10.yaml"), ("blind11", "blind11.yaml"), ("blind12", "blind12.yaml"),
+        ("blind13", "blind13.yaml"), ("blind14", "blind14.yaml")]
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
