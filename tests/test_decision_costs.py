@@ -67,6 +67,31 @@ def test_mmengines_iteration_loop_names_its_end_its_epoch_loop_does_not() -> Non
     assert reached_last_step(tracker.iteration, tracker.total_steps)
 
 
+def test_mmcv_and_yolox_iteration_lines_name_their_end() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    mmcv = StepTracker()
+    # mmcv 1.x by-epoch lines count one epoch; validation lines carry no total
+    mmcv.feed("2022-03-01 10:00:00,000 - mmseg - INFO - Epoch [3][500/500]\tlr: 1.000e-02, eta: 1:00:00\n"
+              "2022-03-01 10:00:00,000 - mmseg - INFO - Iter(val) [500]\tmIoU: 0.7\n")
+    assert (mmcv.iteration, mmcv.total_steps) == (None, None)
+    mmcv.feed("2022-03-01 10:00:00,000 - mmseg - INFO - Iter [79950/80000]\tlr: 1.000e-04, eta: 0:00:30, "
+              "time: 0.6, data_time: 0.01, memory: 9000, decode.loss_seg: 0.1\n")
+    assert (mmcv.iteration, mmcv.total_steps) == (79950, 80000)
+    mmcv.feed("2022-03-01 10:00:30,000 - mmseg - INFO - Iter [80000/80000]\tlr: 1.000e-04, eta: 0:00:00, "
+              "time: 0.6, data_time: 0.01, memory: 9000, decode.loss_seg: 0.1\n")
+    assert reached_last_step(mmcv.iteration, mmcv.total_steps)
+
+    yolox = StepTracker()
+    yolox.feed("2023-01-01 10:00:00 | INFO | yolox.core.trainer:261 - epoch: 299/300, iter: 920/925, mem: 9000Mb, "
+               "iter_time: 0.3s, data_time: 0.001s, total_loss: 2.1, lr: 1.0e-04, size: 640, ETA: 0:05:00\n")
+    assert (yolox.iteration, yolox.total_steps) == (298 * 925 + 920, 300 * 925)
+    assert not reached_last_step(yolox.iteration, yolox.total_steps)
+    yolox.feed("2023-01-01 10:05:00 | INFO | yolox.core.trainer:261 - epoch: 300/300, iter: 925/925, mem: 9000Mb, "
+               "iter_time: 0.3s, data_time: 0.001s, total_loss: 2.0, lr: 1.0e-04, size: 640, ETA: 0:00:00\n")
+    assert reached_last_step(yolox.iteration, yolox.total_steps)
+
+
 def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     from wrapper.stop_outcome import StepTracker
 

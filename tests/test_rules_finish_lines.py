@@ -169,3 +169,14 @@ def test_the_diffusers_steps_bar_at_its_total_outranks_a_timeout_in_the_final_sa
     short = diagnose(tmp_path, ["Steps:  72%|#######   | 5000/6928 [27:02<10:25, 3.08it/s, lr=2e-05, step_loss=0.2]",
                                 save.format(n=5000), timeout], exit_code=1)
     assert (short.rule_id, str(short.decision)) == ("nccl-watchdog-timeout", "retry"), short.why_won
+
+
+@pytest.mark.parametrize(("last", "decision"), [
+    ("epoch: 300/300, iter: 925/925, mem: 9000Mb, iter_time: 0.3s, total_loss: 2.0, ETA: 0:00:00", "complete"),
+    ("epoch: 300/300, iter: 920/925, mem: 9000Mb, iter_time: 0.3s, total_loss: 2.0, ETA: 0:00:02", "retry"),
+])
+def test_yoloxs_last_iteration_of_its_last_epoch_outranks_a_crash_after_it(tmp_path: Path, last: str,
+                                                                          decision: str) -> None:
+    d = diagnose(tmp_path, ["2023-01-01 10:05:00 | INFO | yolox.core.trainer:261 - " + last, CRASH],
+                 exit_code=None, signal=11)
+    assert str(d.decision) == decision, d.why_won

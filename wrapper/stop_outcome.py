@@ -36,6 +36,13 @@ _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 # "Iter(train) [  N/MAX]" with MAX = the loop's max_iters (mmengine/runner/log_processor.py);
 # its epoch form "Epoch(train) [e][i/len]" counts an epoch's batches and is not read here
 _MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
+# mmcv 1.x's TextLoggerHook (MMSegmentation 0.x, MMDetection 2.x with an IterBasedRunner):
+# "Iter [N/MAX]\tlr: ..." in train mode, MAX = runner.max_iters (its validation lines say
+# "Iter(val) [N]"); the by-epoch form "Epoch [e][i/len]" counts one epoch and is not read
+_MMCV_ITER = re.compile(r"\bIter \[\s*(\d+)/(\d+)\]\s+lr(?:_\w+)?: ")
+# YOLOX's Trainer.after_iter: "epoch: E/MAX_EPOCH, iter: I/ITERS_PER_EPOCH, mem: ...": the
+# global step is (E - 1) * ITERS + I of MAX_EPOCH * ITERS
+_YOLOX_ITER = re.compile(r"\bepoch: (\d+)/(\d+), iter: (\d+)/(\d+), ")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
@@ -87,8 +94,9 @@ class StepTracker:
     def __init__(self) -> None:
         self.last_step: int | None = None
         # The training loop's own N of TOTAL (Megatron's ``iteration N/ TOTAL``, TOTAL =
-        # --train-iters; mmengine's ``Iter(train) [N/MAX]``; the diffusers scripts' ``Steps:``
-        # bar): the last N and its TOTAL,
+        # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
+        # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar): the
+        # last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
@@ -110,6 +118,14 @@ class StepTracker:
             for match in _STEPS_BAR.finditer(text):
                 self._saw(match.group(1))
                 self.iteration, self.total_steps = int(match.group(1)), int(match.group(2))
+        if "Iter [" in text:
+            for match in _MMCV_ITER.finditer(text):
+                self._reached(int(match.group(1)), int(match.group(2)))
+        if ", iter: " in text:
+            for match in _YOLOX_ITER.finditer(text):
+                epoch, epochs, it, iters = (int(g) for g in match.groups())
+                if 0 < epoch <= epochs and 0 < it <= iters:
+                    self._reached((epoch - 1) * iters + it, epochs * iters)
         if "Iter(train) [" in text:
             for match in _MMENGINE_ITER.finditer(text):
                 self._saw(match.group(1))
@@ -130,6 +146,12 @@ class StepTracker:
                     lowered.startswith("global_", start - 7) and start >= 7
                     and _starts_word(text, start - 7)):
                 self._saw(match.group(1))
+
+    def _reached(self, step: int, total: int) -> None:
+        """A training loop's own step of its own total (the largest step seen counts)."""
+        self._saw(str(step))
+        self.iteration = max(self.iteration or 0, step)
+        self.total_steps = total
 
     def _saw(self, digits: str) -> None:
         step = int(digits)
