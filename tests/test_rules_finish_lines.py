@@ -180,3 +180,23 @@ def test_yoloxs_last_iteration_of_its_last_epoch_outranks_a_crash_after_it(tmp_p
     d = diagnose(tmp_path, ["2023-01-01 10:05:00 | INFO | yolox.core.trainer:261 - " + last, CRASH],
                  exit_code=None, signal=11)
     assert str(d.decision) == decision, d.why_won
+
+
+@pytest.mark.parametrize(("line", "finished"), [
+    # a script's own closing line in the other common wordings
+    ("Training has been successfully completed.", True),
+    ("2024-01-01 10:00:00 - INFO - Successfully finished training, saving model", True),
+    ("Done training!", True),
+    ("Completed training. Saving the final model", True),
+    ("[12:00] Training was successfully completed in 3.2 hours", True),
+    # ... and the lines that only look like one: a part of the training, or how it failed
+    ("Done training epoch 3", False),
+    ("Completed training step 500", False),
+    ("Completed training on shard 3 of 10", False),
+    ("Training has not been successfully completed", False),
+    ("Completed training with errors", False),
+    ("epoch 3: completed training", False),
+])
+def test_the_script_end_line_wordings(tmp_path: Path, line: str, finished: bool) -> None:
+    d = diagnose(tmp_path, ["step 100 loss 2.31", line, CRASH], exit_code=None, signal=11)
+    assert (str(d.decision) == "complete") is finished, d.why_won
