@@ -36,12 +36,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # 35/47 with 3; the same as at the round's start);
 # blind13, blind14: gathered blind at the start of the tenth round by two helpers (owners
 # a-m and n-z), frozen at 17:00 / 17:02 UTC, scored once at its end (40/48 with 1
-# catastrophic, 37/46 with 0; the same as at the round's start)
+# catastrophic, 37/46 with 0; the same as at the round's start);
+# blind15, blind16: gathered blind at the start of the eleventh round (same session, owners
+# a-m and n-z), frozen at 17:17 / 17:16 UTC, scored once at its end (37/46 with 0
+# catastrophic, 27/45 with 2; the same as at the round's start)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
         ("blind10", "blind10.yaml"), ("blind11", "blind11.yaml"), ("blind12", "blind12.yaml"),
-        ("blind13", "blind13.yaml"), ("blind14", "blind14.yaml")]
+        ("blind13", "blind13.yaml"), ("blind14", "blind14.yaml"), ("blind15", "blind15.yaml"),
+        ("blind16", "blind16.yaml")]
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
