@@ -92,6 +92,19 @@ def test_mmcv_and_yolox_iteration_lines_name_their_end() -> None:
     assert reached_last_step(yolox.iteration, yolox.total_steps)
 
 
+def test_detectron2s_eta_names_the_last_iteration() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    d2 = StepTracker()
+    d2.feed("[03/11 09:45:14 d2.utils.events]:  eta: 0:00:06  iter: 79  total_loss: 0.2874    time: 0.3191\n")
+    assert (d2.iteration, d2.total_steps) == (80, None)
+    d2.feed("[03/11 09:45:21 d2.utils.events]:  eta: 0:00:00  iter: 99  total_loss: 0.2059    time: 0.3200\n")
+    assert reached_last_step(d2.iteration, d2.total_steps)
+    # a later line with an eta left (a resumed run going on) takes the end back
+    d2.feed("[03/11 10:00:00 d2.utils.events]:  eta: 1:00:00  iter: 119  total_loss: 0.2    time: 0.3\n")
+    assert not reached_last_step(d2.iteration, d2.total_steps)
+
+
 def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     from wrapper.stop_outcome import StepTracker
 

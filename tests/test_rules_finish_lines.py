@@ -200,3 +200,19 @@ def test_yoloxs_last_iteration_of_its_last_epoch_outranks_a_crash_after_it(tmp_p
 def test_the_script_end_line_wordings(tmp_path: Path, line: str, finished: bool) -> None:
     d = diagnose(tmp_path, ["step 100 loss 2.31", line, CRASH], exit_code=None, signal=11)
     assert (str(d.decision) == "complete") is finished, d.why_won
+
+
+@pytest.mark.parametrize(("eta", "decision"), [("0:00:00", "complete"), ("0:01:12", "retry")])
+def test_detectron2s_last_iteration_outranks_a_crash_in_the_evaluation_after_it(tmp_path: Path, eta: str,
+                                                                                decision: str) -> None:
+    """detectron2's PeriodicWriter always writes the last iteration, with eta 0:00:00; the
+    evaluation that train_net.py runs after training then crashes. An eta left means the
+    training had not ended (after_train's speed lines come from a `finally`)."""
+    d = diagnose(tmp_path, [
+        f"[03/11 09:45:21 d2.utils.events]:  eta: {eta}  iter: 99  total_loss: 0.2059    time: 0.3200  "
+        "data_time: 0.0221   lr: 0.0002475  max_mem: 2014M",
+        "[03/11 09:45:21 d2.engine.hooks]: Overall training speed: 98 iterations in 0:00:31 (0.3200 s / it)",
+        "[03/11 09:45:21 d2.engine.hooks]: Total training time: 0:00:32 (0:00:01 on hooks)",
+        "torch.multiprocessing.spawn.ProcessRaisedException: ", "-- Process 0 terminated with the following error:",
+        CRASH], exit_code=None, signal=11)
+    assert str(d.decision) == decision, d.why_won

@@ -43,6 +43,13 @@ _MMCV_ITER = re.compile(r"\bIter \[\s*(\d+)/(\d+)\]\s+lr(?:_\w+)?: ")
 # YOLOX's Trainer.after_iter: "epoch: E/MAX_EPOCH, iter: I/ITERS_PER_EPOCH, mem: ...": the
 # global step is (E - 1) * ITERS + I of MAX_EPOCH * ITERS
 _YOLOX_ITER = re.compile(r"\bepoch: (\d+)/(\d+), iter: (\d+)/(\d+), ")
+# detectron2's CommonMetricPrinter (and maskrcnn-benchmark's MetricLogger before it):
+# "eta: H:MM:SS  iter: N  ..." with the eta of the iterations left to max_iter. The
+# PeriodicWriter always writes the last iteration (iter == max_iter - 1), where the eta
+# is 0:00:00; earlier lines carry a positive one (an eta under a second at the very end of a
+# fast run is the only other 0:00:00). The line names no max_iter: its last reading says
+# whether the end was reached.
+_ETA_ITER = re.compile(r"\beta: (\d+:\d{2}:\d{2})\s+iter: (\d+)\b")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
@@ -95,8 +102,8 @@ class StepTracker:
         self.last_step: int | None = None
         # The training loop's own N of TOTAL (Megatron's ``iteration N/ TOTAL``, TOTAL =
         # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
-        # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar): the
-        # last N and its TOTAL,
+        # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
+        # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration): the last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
@@ -118,6 +125,12 @@ class StepTracker:
             for match in _STEPS_BAR.finditer(text):
                 self._saw(match.group(1))
                 self.iteration, self.total_steps = int(match.group(1)), int(match.group(2))
+        if "iter: " in text and "eta: " in text:
+            for match in _ETA_ITER.finditer(text):
+                step = int(match.group(2)) + 1  # 0-based iteration -> steps done
+                self._saw(str(step))
+                ended = match.group(1) in ("0:00:00", "00:00:00")
+                self.iteration, self.total_steps = step, (step if ended else None)
         if "Iter [" in text:
             for match in _MMCV_ITER.finditer(text):
                 self._reached(int(match.group(1)), int(match.group(2)))
