@@ -154,6 +154,8 @@ def _teardown_reading(evidence: Evidence, report: LauncherReport, rules: RuleSet
     exiting = first_exit_line(rules, hits)
     if exiting is None or raised_before(rules, hits, exiting) is not None:
         return None  # no exit line, or an exception (of no rule) was what ended the process
+    if code == 0 and _verdict_after(rules, hits, exiting):
+        return None  # the program (or the wrapper that ran it) logged its failure at exit 0
     before = [hit for hit in hits if hit.seq <= exiting.seq]
     as_exit_0 = _decide(replace(evidence, exit_code=0, signal=None, hung=False), rules,
                         replace(report, root_cause=None), before, None, exiting)
@@ -295,6 +297,19 @@ def _with_end_state(evidence: Evidence, finished: Finished | None) -> Evidence:
     if stopped_short(evidence.last_step, evidence.total_steps):
         return replace(evidence, expect_finished=True, finished=False)
     return evidence
+
+
+# A logged ERROR record at exit 0 is a verdict, not teardown noise: a CLI that ran the
+# training as its child logs "Command failed (returncode=0, errors detected)" after the
+# child's own exit-time lines (ProcessGroupNCCL's warning), and returns 0.
+EXIT_0_VERDICT = frozenset({"exit0-error-logged"})
+
+
+def _verdict_after(rules: RuleSet, hits: Sequence[LogHit], exiting: LogHit) -> bool:
+    """An error record of an ``EXIT_0_VERDICT`` rule after the exit line, at error level."""
+    categories = {rule.id: rule.category for rule in rules.rules}
+    return any(hit.seq > exiting.seq and categories.get(hit.rule_id) in EXIT_0_VERDICT
+               and not warning_level(hit.text) for hit in hits)
 
 
 def _crash_at_exit_0(rules: RuleSet, facts: Facts) -> bool:

@@ -24,7 +24,8 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``05/01/2024 10:00:00 - LEVEL - name - ``, mmengine's ``05/01 10:00:00 - mmengine - LEVEL -
 ``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
-(``service-1  | ``), the kubelet's CRI container logs (``<RFC 3339> stderr F ``),
+(``service-1  | ``), a wrapper's ``Error: `` before an exception line, the kubelet's CRI
+container logs (``<RFC 3339> stderr F ``),
 journald / syslog (``May 01 10:00:00 host python3[1234]: ``), and a tqdm bar that the
 error's first line is glued to (tqdm ends its bar with a carriage return).
 """
@@ -50,6 +51,9 @@ _ONE = (
     # pdsh / DeepSpeed's multinode runner: "worker-3: ", "node012: ", "10.0.0.3: "
     # (a host name with a digit, so "ValueError: " or "ERROR: " is never taken for one)
     r"|(?=[\w.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: "
+    # a wrapper's "Error: " in front of the exception line it passes on (mim / OpenMMLab's
+    # CLI, shell scripts): only when an exception class follows
+    r"|Error: (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
     # docker compose: "trainer-0  | "
     r"|[\w.-]{1,64} +\| "
     # timestamps: 2024-05-01 10:00:00,123 / 2024-05-01T10:00:00.123456789Z / 10:00:00.123
