@@ -42,13 +42,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # catastrophic, 27/45 with 2; the same as at the round's start);
 # blind17, blind18: gathered blind at the start of the twelfth round (same session), frozen
 # at 17:34 / 17:35 UTC, scored once at its end (34/45 with 2 catastrophic, 39/45 with 1;
-# the same as at the round's start)
+# the same as at the round's start);
+# blind19, blind20: gathered blind at the start of the thirteenth round (same session),
+# frozen at 17:52 / 17:52 UTC, scored once at its end (33/45 with 2 catastrophic, 34/45
+# with 0; the same as at the round's start)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
         ("blind10", "blind10.yaml"), ("blind11", "blind11.yaml"), ("blind12", "blind12.yaml"),
         ("blind13", "blind13.yaml"), ("blind14", "blind14.yaml"), ("blind15", "blind15.yaml"),
-        ("blind16", "blind16.yaml"), ("blind17", "blind17.yaml"), ("blind18", "blind18.yaml")]
+        ("blind16", "blind16.yaml"), ("blind17", "blind17.yaml"), ("blind18", "blind18.yaml"),
+        ("blind19", "blind19.yaml"), ("blind20", "blind20.yaml")]
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
