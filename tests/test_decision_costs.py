@@ -92,6 +92,18 @@ def test_mmcv_and_yolox_iteration_lines_name_their_end() -> None:
     assert reached_last_step(yolox.iteration, yolox.total_steps)
 
 
+def test_opennmts_step_line_names_train_steps() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    onmt = StepTracker()
+    onmt.feed("[2019-01-01 10:00:00,000 INFO] Step 99950/100000; acc:  61.20; ppl:  6.10; xent: 1.81; "
+              "lr: 0.00010; 9000/9500 tok/s;  36000 sec\n")
+    assert (onmt.iteration, onmt.total_steps) == (99950, 100000)
+    onmt.feed("[2019-01-01 10:00:30,000 INFO] Step 100000/100000; acc:  61.30; ppl:  6.09; xent: 1.81; "
+              "lr: 0.00010; 9000/9500 tok/s;  36030 sec\n")
+    assert reached_last_step(onmt.iteration, onmt.total_steps)
+
+
 def test_detectron2s_eta_names_the_last_iteration() -> None:
     from wrapper.stop_outcome import StepTracker
 

@@ -50,6 +50,9 @@ _YOLOX_ITER = re.compile(r"\bepoch: (\d+)/(\d+), iter: (\d+)/(\d+), ")
 # fast run is the only other 0:00:00). The line names no max_iter: its last reading says
 # whether the end was reached.
 _ETA_ITER = re.compile(r"\beta: (\d+:\d{2}:\d{2})\s+iter: (\d+)\b")
+# OpenNMT-py's ReportMgr / Statistics.output: "Step N/ TOTAL; acc: ..." with TOTAL =
+# -train_steps (the "%s/%5d" step format, printed only when train_steps is set)
+_ONMT_STEP = re.compile(r"\bStep\s+(\d+)/\s*(\d+); acc: ")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
@@ -103,7 +106,8 @@ class StepTracker:
         # The training loop's own N of TOTAL (Megatron's ``iteration N/ TOTAL``, TOTAL =
         # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
-        # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration): the last N and its TOTAL,
+        # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
+        # N/TOTAL; acc:``): the last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
@@ -131,6 +135,9 @@ class StepTracker:
                 self._saw(str(step))
                 ended = match.group(1) in ("0:00:00", "00:00:00")
                 self.iteration, self.total_steps = step, (step if ended else None)
+        if "; acc: " in text:
+            for match in _ONMT_STEP.finditer(text):
+                self._reached(int(match.group(1)), int(match.group(2)))
         if "Iter [" in text:
             for match in _MMCV_ITER.finditer(text):
                 self._reached(int(match.group(1)), int(match.group(2)))
