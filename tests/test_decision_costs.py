@@ -92,6 +92,24 @@ def test_mmcv_and_yolox_iteration_lines_name_their_end() -> None:
     assert reached_last_step(yolox.iteration, yolox.total_steps)
 
 
+def test_keras_fits_last_epoch_bar_names_the_end() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    keras = StepTracker()
+    keras.feed("Epoch 9/10\n100/100 [==============================] - 10s 100ms/step - loss: 0.2 - val_loss: 0.3\n"
+               "Epoch 10/10\n 40/100 [===========>..................] - ETA: 6s - loss: 0.2\n")
+    assert (keras.iteration, keras.total_steps) == (940, 1000)
+    assert not reached_last_step(keras.iteration, keras.total_steps)
+    keras.feed("100/100 [==============================] - 10s 100ms/step - loss: 0.2 - val_loss: 0.3\n")
+    assert reached_last_step(keras.iteration, keras.total_steps)
+    # Keras 3's bar; a bar without an epoch line before it (evaluate) names nothing
+    keras3 = StepTracker()
+    keras3.feed("313/313 \u2501\u2501\u2501\u2501\u2501 1s 3ms/step - accuracy: 0.9\n")
+    assert (keras3.iteration, keras3.total_steps) == (None, None)
+    keras3.feed("Epoch 5/5\n1875/1875 \u2501\u2501\u2501\u2501\u2501 4s 2ms/step - accuracy: 0.98 - loss: 0.05\n")
+    assert reached_last_step(keras3.iteration, keras3.total_steps)
+
+
 def test_opennmts_step_line_names_train_steps() -> None:
     from wrapper.stop_outcome import StepTracker
 

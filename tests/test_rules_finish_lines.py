@@ -216,3 +216,12 @@ def test_detectron2s_last_iteration_outranks_a_crash_in_the_evaluation_after_it(
         "torch.multiprocessing.spawn.ProcessRaisedException: ", "-- Process 0 terminated with the following error:",
         CRASH], exit_code=None, signal=11)
     assert str(d.decision) == decision, d.why_won
+
+
+@pytest.mark.parametrize(("last_bar", "decision"), [
+    ("100/100 [==============================] - 10s 100ms/step - loss: 0.2 - val_loss: 0.3", "complete"),
+    (" 40/100 [===========>..................] - ETA: 6s - loss: 0.2", "retry"),
+])
+def test_keras_fits_last_epoch_outranks_a_crash_after_it(tmp_path: Path, last_bar: str, decision: str) -> None:
+    d = diagnose(tmp_path, ["Epoch 10/10", last_bar, CRASH], exit_code=None, signal=11)
+    assert str(d.decision) == decision, d.why_won

@@ -53,6 +53,11 @@ _ETA_ITER = re.compile(r"\beta: (\d+:\d{2}:\d{2})\s+iter: (\d+)\b")
 # OpenNMT-py's ReportMgr / Statistics.output: "Step N/ TOTAL; acc: ..." with TOTAL =
 # -train_steps (the "%s/%5d" step format, printed only when train_steps is set)
 _ONMT_STEP = re.compile(r"\bStep\s+(\d+)/\s*(\d+); acc: ")
+# Keras Model.fit: "Epoch E/EPOCHS" opens each epoch, and its Progbar ends the epoch with
+# "STEPS/STEPS [====...]" (Keras 2) or "STEPS/STEPS ━━━━" (Keras 3); the last epoch's bar at
+# its target is the end of fit's loop (evaluate / predict bars come without an epoch line)
+_KERAS_EPOCH = re.compile(r"(?:^|[\r\n])Epoch (\d+)/(\d+)[ \t]*(?=\r|\n|$)")
+_KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
@@ -107,11 +112,12 @@ class StepTracker:
         # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
         # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
-        # N/TOTAL; acc:``): the last N and its TOTAL,
+        # N/TOTAL; acc:``; Keras fit's last epoch bar): the last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
         self.total_steps: int | None = None
+        self._keras_epoch: tuple[int, int] | None = None  # Keras fit's current "Epoch E/EPOCHS"
 
     def feed(self, text: str) -> None:
         if "%|" in text:  # a progress bar (the HF Trainer's counts global steps)
@@ -135,6 +141,8 @@ class StepTracker:
                 self._saw(str(step))
                 ended = match.group(1) in ("0:00:00", "00:00:00")
                 self.iteration, self.total_steps = step, (step if ended else None)
+        if "Epoch " in text or self._keras_epoch is not None:
+            self._keras(text)
         if "; acc: " in text:
             for match in _ONMT_STEP.finditer(text):
                 self._reached(int(match.group(1)), int(match.group(2)))
@@ -166,6 +174,21 @@ class StepTracker:
                     lowered.startswith("global_", start - 7) and start >= 7
                     and _starts_word(text, start - 7)):
                 self._saw(match.group(1))
+
+    def _keras(self, text: str) -> None:
+        """Keras fit's epoch lines and the progress bar that closes each epoch, in order."""
+        events = sorted([(m.start(), "epoch", m) for m in _KERAS_EPOCH.finditer(text)]
+                        + [(m.start(), "bar", m) for m in _KERAS_BAR.finditer(text)],
+                        key=lambda event: event[0])
+        for _, kind, match in events:
+            if kind == "epoch":
+                self._keras_epoch = (int(match.group(1)), int(match.group(2)))
+            elif self._keras_epoch is not None:
+                (epoch, epochs), (step, steps) = self._keras_epoch, (int(match.group(1)), int(match.group(2)))
+                if 0 < epoch <= epochs and 0 < step <= steps:
+                    self._saw(str((epoch - 1) * steps + step))
+                    self.iteration = (epoch - 1) * steps + step
+                    self.total_steps = epochs * steps
 
     def _reached(self, step: int, total: int) -> None:
         """A training loop's own step of its own total (the largest step seen counts)."""
