@@ -156,6 +156,8 @@ def _teardown_reading(evidence: Evidence, report: LauncherReport, rules: RuleSet
         return None  # no exit line, or an exception (of no rule) was what ended the process
     if code == 0 and _verdict_after(rules, hits, exiting):
         return None  # the program (or the wrapper that ran it) logged its failure at exit 0
+    if _group_stopped_after(hits, exiting):
+        return None  # the launcher then stopped workers still running: one of them had failed
     before = [hit for hit in hits if hit.seq <= exiting.seq]
     as_exit_0 = _decide(replace(evidence, exit_code=0, signal=None, hung=False), rules,
                         replace(report, root_cause=None), before, None, exiting)
@@ -249,7 +251,13 @@ def _normal_exit_for_unknown_status(evidence: Evidence, report: LauncherReport, 
     exited = normal_exit(rules, hits)
     if exited is not None and raised_before(rules, hits, exited) is not None:
         return None  # an exception was ending the process: no normal exit
+    if exited is not None and _group_stopped_after(hits, exited):
+        return None  # one rank left normally, but the launcher then stopped the rest
     return exited
+
+
+def _group_stopped_after(hits: Sequence[LogHit], line: LogHit) -> bool:
+    return any(hit.seq > line.seq and hit.rule_id in GROUP_STOPPED for hit in hits)
 
 
 def _named_exit(diagnosis: Diagnosis, exited: LogHit) -> Diagnosis:
@@ -298,6 +306,12 @@ def _with_end_state(evidence: Evidence, finished: Finished | None) -> Evidence:
         return replace(evidence, expect_finished=True, finished=False)
     return evidence
 
+
+# torchelastic closes the workers still alive when one failed (multiprocessing/api.py
+# _close: "Sending process N closing signal SIGTERM"); after a round that succeeded none
+# is alive. One rank's exit-time line before it says that rank was leaving, not that the
+# others were done: no teardown reading (complete, if wrong, costs a whole run).
+GROUP_STOPPED = frozenset({"child-process-failed"})
 
 # A logged ERROR record at exit 0 is a verdict, not teardown noise: a CLI that ran the
 # training as its child logs "Command failed (returncode=0, errors detected)" after the
