@@ -2,7 +2,9 @@
 
 ``redact(text)`` masks, in any free text:
 - the user-info of a URL (``s3://KEY:SECRET@host/bucket`` -> ``s3://***@host/bucket``),
-  also without its scheme (``KEY:SECRET@host``, as libraries echo a stripped path);
+  also without its scheme (``KEY:SECRET@host``, as libraries echo a stripped path; a
+  "scheme" no store or service uses is masked too: ``KEY://SECRET@host`` is what a secret
+  that starts with ``//`` looks like once its scheme was stripped);
   the secret may itself hold ``/`` or ``+`` (AWS secret keys do), so everything from
   the first ``:`` after the scheme up to the ``@`` is masked;
 - values of query-string parameters whose name says secret (``X-Amz-Signature``,
@@ -36,17 +38,28 @@ _SECRET_NAME = (
     r"|(?:[\w.-]*?[_.-]?)(?:access|api|private|account|sas|session)[_.-]?key(?:[_.-]?id)?"
 )
 _QUERY_ONLY_NAME = r"|sig|sk|key|code"
+# (The "scheme" may start with a digit: "0000://SECRET@" is a stripped "0000:" key whose
+# secret starts with "//", and _masked_url_userinfo masks it whole.)
 # The password runs to the LAST "@" of the token: a password may hold "@" and "/" (people
 # paste them unencoded), and masking a path segment too is better than half a secret.
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:?#'\"]*)(?::[^\s'\"]*)?@"
+    r"(?P<scheme>\b[A-Za-z0-9][A-Za-z0-9+.-]*://)(?P<user>[^\s/@:?#'\"]*)(?P<pw>:[^\s'\"]*)?@"
 )
 # The same user-info once a library stripped the scheme ("KEY:SECRET@host/bucket"). A
 # "host" that is only a duration or a checkpoint count is a chaos spec
 # ("kill:master@20s", "term:master@3ckpt", "hang:master@500step", also as "fault kill:master@20s: ..." in the
 # report), which has the same shape and no secret.
+# A known scheme's "x://...@" is the URL pattern's to judge (it keeps the scheme readable and
+# leaves "https://host/@user" paths alone); any other "X://...@" is a key whose secret
+# starts with "//" as far as anyone can tell, and is masked whole.
+# (URL schemes of the object stores and fsspec protocols resched is given, and of the
+# services whose URLs logs quote.)
+_KNOWN_SCHEMES = (r"s3[an]?|gs|gcs|https?|wss?|az|abfss?|wasbs?|adl|hdfs|webhdfs|file|local|memory|"
+                  r"oci|oss|cos|obs|r2|s?ftps?|ssh|smb|webdavs?|git|github|lakefs|zip|tar|rediss?|"
+                  r"postgres(?:ql)?|mysql|mongodb(?:\+srv)?|amqps?|hf|dbfs")
+_KNOWN_SCHEME = re.compile(_KNOWN_SCHEMES, re.IGNORECASE)
 _BARE_USERINFO = re.compile(
-    r"(?<![/\w.%+-])[^\s/@:'\"=(\[,]+:(?!//)[^\s'\"]*@"
+    rf"(?<![/\w.%+-])(?!(?i:{_KNOWN_SCHEMES})://)[^\s/@:'\"=(\[,]+:[^\s'\"]*@"
     r"(?!\d+(?:\.\d+)?(?:ms|us|s|m|h|d|ckpt|steps?)?(?:(?![\w.:/])|:(?:\s|$)))")
 # User-info never spans whitespace or quotes: it is looked for token by token, and only in
 # tokens with an "@", so that the backtracking of the two patterns above stays within one
@@ -59,8 +72,18 @@ def _userinfo_in_token(match: re.Match[str]) -> str:
     token = match.group(0)
     if len(token) > _LONG_TOKEN and ":" in token:
         return MASK  # too long to take apart cheaply: none of it is shown
-    token = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", token)
+    token = _URL_USERINFO.sub(_masked_url_userinfo, token)
     return _BARE_USERINFO.sub(f"{MASK}@", token)
+
+
+def _masked_url_userinfo(match: re.Match[str]) -> str:
+    """``s3://KEY:SECRET@`` -> ``s3://***@``. User-info without a password is masked with
+    what looks like its scheme: "KEY://SECRET@host" is also what a library prints of a
+    stripped "KEY:SECRET@host" whose secret starts with "//" (an AWS secret key may), and
+    then the "scheme" is the key (found by the property test in test_checkpoint_redact)."""
+    if match["pw"] or match["user"] == MASK or _KNOWN_SCHEME.fullmatch(match["scheme"][:-3]):
+        return f"{match['scheme']}{MASK}@"  # (the user MASK: already redacted, kept as is)
+    return f"{MASK}@"
 
 
 _QUERY_SECRET = re.compile(
