@@ -126,21 +126,20 @@ class StepTracker:
                     self._saw(str(found.step))
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
-                if _starts_word(text, match.start()):
+                if not _starts_word(text, match.start()):
+                    continue
+                if _MEGATRON_TAIL.match(text, match.end()):
+                    self._reached(int(match.group(1)), int(match.group(2)))
+                else:
                     self._saw(match.group(1))
-                    if _MEGATRON_TAIL.match(text, match.end()):
-                        self.iteration = max(self.iteration or 0, int(match.group(1)))
-                        self.total_steps = int(match.group(2))
         if "teps:" in text:
             for match in _STEPS_BAR.finditer(text):
-                self._saw(match.group(1))
-                self.iteration, self.total_steps = int(match.group(1)), int(match.group(2))
+                self._read(int(match.group(1)), int(match.group(2)))
         if "iter: " in text and "eta: " in text:
             for match in _ETA_ITER.finditer(text):
                 step = int(match.group(2)) + 1  # 0-based iteration -> steps done
-                self._saw(str(step))
                 ended = match.group(1) in ("0:00:00", "00:00:00")
-                self.iteration, self.total_steps = step, (step if ended else None)
+                self._read(step, step if ended else None)
         if "Epoch " in text or self._keras_epoch is not None:
             self._keras(text)
         if "; acc: " in text:
@@ -156,9 +155,7 @@ class StepTracker:
                     self._reached((epoch - 1) * iters + it, epochs * iters)
         if "Iter(train) [" in text:
             for match in _MMENGINE_ITER.finditer(text):
-                self._saw(match.group(1))
-                self.iteration = max(self.iteration or 0, int(match.group(1)))
-                self.total_steps = int(match.group(2))
+                self._reached(int(match.group(1)), int(match.group(2)))
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.
@@ -186,15 +183,19 @@ class StepTracker:
             elif self._keras_epoch is not None:
                 (epoch, epochs), (step, steps) = self._keras_epoch, (int(match.group(1)), int(match.group(2)))
                 if 0 < epoch <= epochs and 0 < step <= steps:
-                    self._saw(str((epoch - 1) * steps + step))
-                    self.iteration = (epoch - 1) * steps + step
-                    self.total_steps = epochs * steps
+                    self._read((epoch - 1) * steps + step, epochs * steps)
 
     def _reached(self, step: int, total: int) -> None:
         """A training loop's own step of its own total (the largest step seen counts)."""
         self._saw(str(step))
         self.iteration = max(self.iteration or 0, step)
         self.total_steps = total
+
+    def _read(self, step: int, total: int | None) -> None:
+        """A progress display's current reading (its last reading counts: the display starts
+        again for a new epoch or run; a total of None: this reading names no end)."""
+        self._saw(str(step))
+        self.iteration, self.total_steps = step, total
 
     def _saw(self, digits: str) -> None:
         step = int(digits)
