@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wrapper.classifier.launcher_logs import strip_ansi
-from wrapper.classifier.line_prefix import search
+from wrapper.classifier.line_prefix import anchored, without_prefix
 from wrapper.classifier.prefilter import ENGINE_ENV, HyperscanPrefilter, Prefilter, block_form, make_prefilter
 from wrapper.classifier.rules import RuleSet, load_rules
 from wrapper.classifier.scanner import LineScanner
@@ -38,11 +38,16 @@ def reference_hits(rules: RuleSet, text: str) -> list[tuple[str, int, str]]:
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
+    # line_prefix.search, unrolled: the prefixes come off each line once, not once per
+    # anchored pattern (the same matches; a third of this file's run time)
+    table = [(rule.id, [(p, anchored(p)) for p in rule.patterns]) for rule in rules.rules]
     for lineno, line in enumerate(lines, 1):
         line = strip_ansi(line).rstrip("\r")
-        for rule in rules.rules:
-            if any(search(p, line) for p in rule.patterns):
-                out.append((rule.id, lineno, line))
+        rest = without_prefix(line)
+        for rule_id, patterns in table:
+            if any(p.search(line) or (at_start and rest is not None and p.search(rest))
+                   for p, at_start in patterns):
+                out.append((rule_id, lineno, line))
     return out
 
 
