@@ -41,7 +41,16 @@ PREFIXES = [
     "May 01 10:00:00 gpu-node-7 python3[81234]: ",        # journald / syslog
     "Epoch 1:  4%|4         | 18/387 [05:44<1:57:56, 19.13s/it]",  # tqdm bar, no newline
     " 60%|██████    | 6/10 [00:03<00:02,  1.99it/s]",      # tqdm bar with block characters
+    "`",                                                  # pasted as inline code
+    "> ",                                                 # a markdown quote
+    "> [rank0]: ",                                        # a quoted torchrun line
+    ">>> ",                                               # the Python REPL
 ]
+
+
+def test_inline_code_loses_its_closing_backtick_too() -> None:
+    assert without_prefix("`" + MESSAGE + "`") == MESSAGE
+    assert without_prefix("[rank0]: " + MESSAGE + "`") == MESSAGE + "`"  # no opening one
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)

@@ -24,7 +24,9 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``05/01/2024 10:00:00 - LEVEL - name - ``, mmengine's ``05/01 10:00:00 - mmengine - LEVEL -
 ``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
-(``service-1  | ``), a wrapper's ``Error: `` before an exception line, the kubelet's CRI
+(``service-1  | ``), a wrapper's ``Error: `` before an exception line, the marks a line
+picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
+marker, the REPL's ``>>> ``), the kubelet's CRI
 container logs (``<RFC 3339> stderr F ``),
 journald / syslog (``May 01 10:00:00 host python3[1234]: ``), and a tqdm bar that the
 error's first line is glued to (tqdm ends its bar with a carriage return).
@@ -54,6 +56,10 @@ _ONE = (
     # a wrapper's "Error: " in front of the exception line it passes on (mim / OpenMMLab's
     # CLI, shell scripts): only when an exception class follows
     r"|Error: (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
+    # a line as it reaches an issue thread or a chat: an inline-code backtick, a markdown
+    # quote marker, an interactive prompt (">>> " of the Python REPL): the message after
+    # them is the program's
+    r"|`|>{1,3} "
     # docker compose: "trainer-0  | "
     r"|[\w.-]{1,64} +\| "
     # timestamps: 2024-05-01 10:00:00,123 / 2024-05-01T10:00:00.123456789Z / 10:00:00.123
@@ -100,6 +106,8 @@ def without_prefix(line: str) -> str | None:
     if found is None or found.end() == 0:
         return None
     rest = line[found.end():]
+    if rest.endswith("`") and "`" in line[:found.end()]:
+        rest = rest[:-1]  # the inline code's closing backtick: the message ends before it
     return rest if rest else None
 
 
