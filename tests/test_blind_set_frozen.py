@@ -49,14 +49,20 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind21: gathered blind at the start of the fourteenth round (owners a-m), frozen at
 # 18:18 UTC with 25 entries only (the session's search budget ran out under its helper;
 # blind22's helper found none), scored once at its end (21/25 with 1 catastrophic; the same
-# as at the round's start)
+# as at the round's start);
+# blind22-blind25: gathered blind at the start of the fifteenth round (a later session; four
+# helpers side by side, owners a-f, g-m, n-s, t-z), frozen at 20:41, 20:43, 20:44 and 20:06
+# UTC, scored once after the gathering (30/41, 29/41, 32/42, 33/42 with 1 catastrophic in
+# all; the same at the session's start commit)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
         ("blind10", "blind10.yaml"), ("blind11", "blind11.yaml"), ("blind12", "blind12.yaml"),
         ("blind13", "blind13.yaml"), ("blind14", "blind14.yaml"), ("blind15", "blind15.yaml"),
         ("blind16", "blind16.yaml"), ("blind17", "blind17.yaml"), ("blind18", "blind18.yaml"),
-        ("blind19", "blind19.yaml"), ("blind20", "blind20.yaml"), ("blind21", "blind21.yaml")]
+        ("blind19", "blind19.yaml"), ("blind20", "blind20.yaml"), ("blind21", "blind21.yaml"),
+        ("blind22", "blind22.yaml"), ("blind23", "blind23.yaml"), ("blind24", "blind24.yaml"),
+        ("blind25", "blind25.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out
 SHORT_SETS = {"blind21": 25}
