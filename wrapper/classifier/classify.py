@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from wrapper.classifier.blocks import inside_blocks
 from wrapper.classifier.costs import RESTART_MAY_FIX, least_regret
 from wrapper.classifier.diagnosis import Diagnosis, Evidence, EvidenceLine, format_diagnosis
 from wrapper.classifier.launcher_logs import (
@@ -45,6 +46,7 @@ from wrapper.classifier.success import (
     find_finished,
     first_exit_line,
     last_restart_seq,
+    marked,
     normal_exit,
     raised_before,
     rounds_with,
@@ -228,13 +230,25 @@ def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Se
         status=status, also_matched=tuple(r.id for r in matched if r is not rule and not catch_all(r)),
         matches=choice.ranked, why_won=choice.why,
     )
+    in_thread = _only_in_threads(rule, facts, rules, hits)
     if finished is not None:
         if facts.failed or facts.hung or decision is not Decision.COMPLETE:
-            return _finished_wins(diagnosis, finished, facts, rules, hits)
+            return _finished_wins(diagnosis, finished, facts, rules, hits, in_thread)
         return _named_finish(diagnosis, finished)
     if exited is not None:
         diagnosis = _named_exit(diagnosis, exited)
-    return _settle(diagnosis, rule, matched, facts)
+    return _settle(diagnosis, rule, matched, facts, in_thread)
+
+
+def _only_in_threads(rule: Rule, facts: Facts, rules: RuleSet, hits: Sequence[LogHit]) -> bool:
+    """Every line of the rule lies in a thread's traceback (``Exception in thread NAME:``
+    to its exception line): a thread died of it, the process went on (threading's
+    excepthook does not end it), so it says nothing certain of how the process ended."""
+    own = facts.hits_by_rule.get(rule.id, ())
+    if not own:
+        return False
+    in_threads = inside_blocks(hits, marked(rules, "thread"))
+    return all(id(hit) in in_threads for hit in own)
 
 
 def _normal_exit_for_unknown_status(evidence: Evidence, report: LauncherReport, rules: RuleSet,
@@ -344,7 +358,7 @@ def _crash_at_exit_0(rules: RuleSet, facts: Facts) -> bool:
 
 
 def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules: RuleSet,
-                   hits: Sequence[LogHit]) -> Diagnosis:
+                   hits: Sequence[LogHit], in_thread: bool = False) -> Diagnosis:
     """Evidence that the training finished outranks a failure after it (teardown) and
     the failures of rounds the launcher recovered: complete, naming what won."""
     line = None if finished.hit is None else hit_line(finished.hit)
@@ -370,7 +384,7 @@ def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules
             why_won=(f"{diagnosis.rule_id} won: a {diagnosis.category} failure after "
                      f"{finished.rule_id} may have lost the final save / upload"))
     if (diagnosis.decision is Decision.ABORT and diagnosis.counts_as_failure and not recovered
-            and least_regret([Decision.COMPLETE, Decision.ABORT]) is Decision.ABORT):
+            and not in_thread and least_regret([Decision.COMPLETE, Decision.ABORT]) is Decision.ABORT):
         # A deterministic error after the end of training (the test / export step of the
         # same script): the weights are there, but what came after is broken and a restart
         # would fail the same way; a person must look, so no "complete" (docs/rules.md, Costs).
@@ -390,14 +404,26 @@ def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules
                  f"the failure ({diagnosis.rule_id}) that {when}"))
 
 
-def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: Facts) -> Diagnosis:
+def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: Facts,
+            in_thread: bool = False) -> Diagnosis:
     """Abort only on deterministic evidence: when the log also shows a failure a restart
     may fix (a start-up race, the network, a remote service, storage I/O), the cost table
     decides between the readings (wrapper.classifier.costs.least_regret): retry once, and the same
-    failure again aborts."""
+    failure again aborts. So too when the abort's only lines are a thread's traceback: the
+    thread died, not the process, and what ended the process is not in the log."""
     if (diagnosis.decision is not Decision.ABORT or _is_user_rule(winner)
             or matched_by_status(winner, facts)):
         return diagnosis  # a user's rule, or exact facts (an exit code, the tracker)
+    if in_thread and least_regret([Decision.ABORT, Decision.RETRY]) is Decision.RETRY:
+        return replace(
+            diagnosis, decision=Decision.RETRY, deterministic=True, exclude_node=False,
+            escalate=Escalation(after=1, to=Decision.ABORT, scope="job"),
+            hint=(f"{diagnosis.hint} Its lines are a thread's traceback (\"Exception in "
+                  f"thread ...\"): the thread died, the process went on, and what ended it "
+                  f"is not in the log: retried once; the same failure again aborts."),
+            why_won=(f"{diagnosis.rule_id} would abort, but only a thread died of it "
+                     f"(threading's excepthook ends no process); least regret: retry "
+                     f"(docs/rules.md, Costs)"))
     candidates = [r for r in matched if r.marks is None and not catch_all(r)]
     events = error_events(candidates, facts)  # rule -> the error event its first line is in
     own = events.get(winner.id)
