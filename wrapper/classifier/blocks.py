@@ -16,6 +16,7 @@ from wrapper.classifier.line_prefix import search
 from wrapper.classifier.scanner import LogHit
 
 _MAX_BLOCK_LINES = 200  # a traceback longer than this is cut off: the block ends there
+_TRACEBACK = "Traceback (most recent call last):"
 
 
 def inside_blocks(hits: Sequence[LogHit], header_ids: Collection[str]) -> set[int]:
@@ -28,6 +29,11 @@ def inside_blocks(hits: Sequence[LogHit], header_ids: Collection[str]) -> set[in
                         and start.lineno < h.lineno <= start.lineno + _MAX_BLOCK_LINES
                         and h.rule_id not in header_ids), key=lambda h: h.seq)
         closing = next((h for h in later if search(EXCEPTION_LINE, h.text)), None)
-        end = closing.lineno if closing is not None else start.lineno
+        # without its exception line (the log was cut inside the traceback) the block is
+        # still the traceback that opens on the next line, whose header alone is known
+        end = (closing.lineno if closing is not None
+               else start.lineno + 1 if any(h.lineno == start.lineno + 1 and _TRACEBACK in h.text
+                                            for h in later)
+               else start.lineno)
         inside.update(id(h) for h in later if h.lineno <= end)
     return inside
