@@ -53,7 +53,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind22-blind25: gathered blind at the start of the fifteenth round (a later session; four
 # helpers side by side, owners a-f, g-m, n-s, t-z), frozen at 20:41, 20:43, 20:44 and 20:06
 # UTC, scored once after the gathering (30/41, 29/41, 32/42, 33/42 with 1 catastrophic in
-# all; the same at the session's start commit)
+# all; the same at the session's start commit);
+# blind26, blind27: gathered blind at the start of the sixteenth round (same session, owners
+# a-m and n-z), frozen at 21:03 / 21:06 UTC, scored once at the round's end (34/41 and 33/41,
+# 0 catastrophic; the same at the round's start, blind27 32/41 at the session's start)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -62,7 +65,7 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind16", "blind16.yaml"), ("blind17", "blind17.yaml"), ("blind18", "blind18.yaml"),
         ("blind19", "blind19.yaml"), ("blind20", "blind20.yaml"), ("blind21", "blind21.yaml"),
         ("blind22", "blind22.yaml"), ("blind23", "blind23.yaml"), ("blind24", "blind24.yaml"),
-        ("blind25", "blind25.yaml")]
+        ("blind25", "blind25.yaml"), ("blind26", "blind26.yaml"), ("blind27", "blind27.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out
 SHORT_SETS = {"blind21": 25}
