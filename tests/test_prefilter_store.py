@@ -79,7 +79,10 @@ def test_a_stored_database_is_loaded_and_finds_the_same_lines(cache: Path, monke
 def test_a_damaged_store_is_ignored_and_rebuilt(cache: Path, monkeypatch: pytest.MonkeyPatch, damage: str,
                                                compiled: tuple[str, bytes, list[tuple[str, int]]]) -> None:
     stored, first = _seeded(cache, compiled), compiled[2]
-    assert _hits(monkeypatch) == first  # loaded, not compiled: the seeded database is whole
+    builds: list[int] = []
+    build = prefilter._build
+    monkeypatch.setattr(prefilter, "_build", lambda patterns: builds.append(1) or build(patterns))
+    assert _hits(monkeypatch) == first and not builds  # loaded: the seeded database is whole
     data = bytearray(stored.read_bytes())
     if damage == "flip":
         data[-100] ^= 0xFF
@@ -90,7 +93,7 @@ def test_a_damaged_store_is_ignored_and_rebuilt(cache: Path, monkeypatch: pytest
     stored.write_bytes(bytes(data))
     key = _key()
     assert prefilter._load_stored(key) is None
-    assert _hits(monkeypatch) == first  # compiled again, and stored again whole
+    assert _hits(monkeypatch) == first and builds == [1]  # compiled again, and stored again whole
     assert prefilter._load_stored(key) is not None
 
 
