@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from wrapper.classifier.blocks import inside_blocks
 from wrapper.classifier.costs import RESTART_MAY_FIX, least_regret
 from wrapper.classifier.diagnosis import Diagnosis, Evidence, EvidenceLine, format_diagnosis
 from wrapper.classifier.launcher_logs import (
@@ -45,8 +44,8 @@ from wrapper.classifier.success import (
     Finished,
     find_finished,
     first_exit_line,
+    in_thread_tracebacks,
     last_restart_seq,
-    marked,
     normal_exit,
     raised_before,
     rounds_with,
@@ -230,7 +229,8 @@ def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Se
         status=status, also_matched=tuple(r.id for r in matched if r is not rule and not catch_all(r)),
         matches=choice.ranked, why_won=choice.why,
     )
-    in_thread = _only_in_threads(rule, facts, rules, hits)
+    # (read only for an abort: both readers of it below doubt an abort, nothing else)
+    in_thread = decision is Decision.ABORT and _only_in_threads(rule, facts, rules, hits)
     if finished is not None:
         if facts.failed or facts.hung or decision is not Decision.COMPLETE:
             return _finished_wins(diagnosis, finished, facts, rules, hits, in_thread)
@@ -241,13 +241,12 @@ def _decide(evidence: Evidence, rules: RuleSet, report: LauncherReport, hits: Se
 
 
 def _only_in_threads(rule: Rule, facts: Facts, rules: RuleSet, hits: Sequence[LogHit]) -> bool:
-    """Every line of the rule lies in a thread's traceback (``Exception in thread NAME:``
-    to its exception line): a thread died of it, the process went on (threading's
-    excepthook does not end it), so it says nothing certain of how the process ended."""
+    """Every line of the rule lies in a thread's traceback (success.in_thread_tracebacks):
+    a thread died of it, so it says nothing certain of how the process ended."""
     own = facts.hits_by_rule.get(rule.id, ())
     if not own:
         return False
-    in_threads = inside_blocks(hits, marked(rules, "thread"))
+    in_threads = in_thread_tracebacks(rules, hits)
     return all(id(hit) in in_threads for hit in own)
 
 
@@ -358,7 +357,7 @@ def _crash_at_exit_0(rules: RuleSet, facts: Facts) -> bool:
 
 
 def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules: RuleSet,
-                   hits: Sequence[LogHit], in_thread: bool = False) -> Diagnosis:
+                   hits: Sequence[LogHit], in_thread: bool) -> Diagnosis:
     """Evidence that the training finished outranks a failure after it (teardown) and
     the failures of rounds the launcher recovered: complete, naming what won."""
     line = None if finished.hit is None else hit_line(finished.hit)
@@ -405,7 +404,7 @@ def _finished_wins(diagnosis: Diagnosis, finished: Finished, facts: Facts, rules
 
 
 def _settle(diagnosis: Diagnosis, winner: Rule, matched: Sequence[Rule], facts: Facts,
-            in_thread: bool = False) -> Diagnosis:
+            in_thread: bool) -> Diagnosis:
     """Abort only on deterministic evidence: when the log also shows a failure a restart
     may fix (a start-up race, the network, a remote service, storage I/O), the cost table
     decides between the readings (wrapper.classifier.costs.least_regret): retry once, and the same

@@ -112,6 +112,13 @@ def marked(rules: RuleSet, mark: str) -> frozenset[str]:
     return frozenset(rule.id for rule in rules.rules if rule.marks == mark)
 
 
+def in_thread_tracebacks(rules: RuleSet, hits: Sequence[LogHit]) -> set[int]:
+    """The ``id()`` of every hit inside a thread's traceback (``Exception in thread NAME:``
+    to its exception line): a thread died of it, the process went on (threading's
+    excepthook ends no process)."""
+    return inside_blocks(hits, marked(rules, "thread"))
+
+
 def exit_lines(rules: RuleSet, hits: Sequence[LogHit]) -> list[LogHit]:
     """The lines that say the process was on its way out: those of a ``marks: exit`` rule
     (printed only at interpreter exit), and an experiment tracker's end-of-run footer
@@ -121,7 +128,7 @@ def exit_lines(rules: RuleSet, hits: Sequence[LogHit]) -> list[LogHit]:
     failure after it means the process went on, and that failure decides."""
     exit_ids, tracker_ids = marked(rules, "exit"), marked(rules, "tracker")
     failure_ids = _failure_rule_ids(rules)
-    in_threads = inside_blocks(hits, marked(rules, "thread"))  # a thread died, not the process
+    in_threads = in_thread_tracebacks(rules, hits)  # a thread died, not the process
     last_failure = max((hit.seq for hit in hits if hit.rule_id in failure_ids
                         and id(hit) not in in_threads and not warning_level(hit.text)), default=-1)
     return [hit for hit in hits
