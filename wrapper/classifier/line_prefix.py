@@ -26,7 +26,8 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
 (``service-1  | ``), a wrapper's ``Error: `` before an exception line, the marks a line
 picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
-marker, the REPL's ``>>> ``), the kubelet's CRI
+marker, the REPL's ``>>> ``, a diff's ``+``, a bracketed prefix whose ``[`` the copy cut
+off), the kubelet's CRI
 container logs (``<RFC 3339> stderr F ``),
 journald / syslog (``May 01 10:00:00 host python3[1234]: ``), and a tqdm bar that the
 error's first line is glued to (tqdm ends its bar with a carriage return).
@@ -48,6 +49,13 @@ _ONE = (
     # torchrun / kubectl / Megatron / most loggers: [rank0]: [default1]: [2024-05-01 10:00:00];
     # Hydra's job logging closes its brackets with " - ": [asctime][name][LEVEL] - msg
     r"|\[[^\]\n]{1,120}\](?::|<std(?:out|err)>:| -(?= ))?"
+    # the same prefix with its opening bracket cut off: an excerpt copied from a column
+    # after the line's start ("rank0]:Traceback ...", "ank3]: ValueError: ...")
+    r"|[\w.-]{1,40}\]:"
+    # a line of a unified diff that adds it (a log pasted into a pull request's patch):
+    # "+E0511 10:00:00.123456  915 session_master.cc:505] ...", "+Traceback ..."; not
+    # a shell's xtrace ("+ python train.py"), whose "+" a space follows
+    r"|\+(?=[^\s+])"
     # srun --label, and a bare rank number: "12: "
     r"|\d{1,6}: "
     # pdsh / DeepSpeed's multinode runner: "worker-3: ", "node012: ", "10.0.0.3: "
