@@ -168,13 +168,13 @@ def test_the_budget_words_mid_line_in_a_config_dump_are_no_stop(tmp_path: Path) 
      "'xla.gpu.all_reduce' failed: NCCL operation ncclAllReduce failed: unhandled cuda error", "unknown-failure", "retry"),
     ("tensorflow.python.framework.errors_impl.UnavailableError: Socket closed", "python-transient-error", "retry"),
     ("tensorflow.python.framework.errors_impl.DeadlineExceededError: Deadline Exceeded", "unknown-failure", "retry"),
-    # ... while the out-of-memory status is the OOM rule's, and a library's own class still aborts
+    # ... while the out-of-memory status is the OOM rule's, and a class named for a wrong argument aborts
     ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
      "cuda-oom", "abort"),
     ("tensorflow.python.framework.errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[8,4096,4096]",
      "cuda-oom", "abort"),
     ("tensorflow.python.framework.errors_impl.InvalidArgumentError: Incompatible shapes: [8,128] vs. [8,64]",
-     "python-uncaught-exception", "abort"),
+     "python-config-exception", "abort"),
 ])
 def test_status_code_wrappers_decide_on_their_status(tmp_path: Path, line: str, rule: str, decision: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", line])
@@ -196,7 +196,7 @@ def test_a_library_class_named_for_a_network_or_timeout_failure_retries(tmp_path
 @pytest.mark.parametrize(("line", "rule"), [
     # a library's own class named for something else still aborts; the generic IOError
     # (an alias of OSError) decides nothing by its name
-    ("omegaconf.errors.ConfigAttributeError: Missing key optimizer", "python-uncaught-exception"),
+    ("omegaconf.errors.ConfigAttributeError: Missing key optimizer", "python-config-exception"),
     ("IOError: [Errno 2] No such file or directory: 'data/train.json'", "unknown-failure"),
     # a frame's source line naming the class is no uncaught exception
     ("    raise ClientConnectorError(req.connection_key, exc) from exc", "unknown-failure"),

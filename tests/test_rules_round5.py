@@ -40,7 +40,7 @@ from wrapper.classifier import classify_artifacts
     ("    object_type=TrainerConf", "config-error", "abort"),
     ("error: unrecognized arguments: --deepspeed_config ds.json", "config-error", "abort"),
     # ---- the Hugging Face Hub refuses (gated, missing, a bad token) ----
-    ("huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-abc)", "python-uncaught-exception",
+    ("huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-abc)", "python-config-exception",
      "abort"),
     ("Cannot access gated repo for url https://huggingface.co/org/model-x/resolve/main/config.json.",
      "remote-request-refused", "abort"),

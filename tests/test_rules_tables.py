@@ -90,7 +90,7 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062)", "gpu-hardware-fault", "reschedule"),
     ("[rank3]: UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff", "python-user-error", "abort"),
     ("ConnectionResetError: [Errno 104] Connection reset by peer", "python-transient-error", "retry"),
-    ("omegaconf.errors.ConfigAttributeError: Missing key train", "python-uncaught-exception", "abort"),
+    ("omegaconf.errors.ConfigAttributeError: Missing key train", "python-config-exception", "abort"),
     ("slurmstepd: error: *** JOB 1449736 ON phoenix-07 CANCELLED AT 2023-12-03T12:47:09 DUE TO TIME LIMIT ***", "preempted", "reschedule"),
     ("srun: error: Node failure on node017", "scheduler-node-failure", "reschedule"),
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=12.0. Some of the step tasks have been OOM Killed.", "host-oom-kill", "retry"),
