@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from wrapper.classifier import load_rules
-from wrapper.classifier.line_prefix import search, unanchored, warning_level, without_prefix
+from wrapper.classifier.line_prefix import message_starts, search, unanchored, warning_level, without_prefix
 from wrapper.classifier.verdict import classify_artifacts
 from wrapper.decision import Decision
 
@@ -45,6 +45,9 @@ PREFIXES = [
     "> ",                                                 # a markdown quote
     "> [rank0]: ",                                        # a quoted torchrun line
     ">>> ",                                               # the Python REPL
+    "rank0]:",                                            # torchrun's, its "[" cut off
+    "+",                                                  # a diff's added line
+    "+E0501 10:00:00.123456  1234 trainer.cc:12] ",       # ... of a glog line
 ]
 
 
@@ -66,6 +69,7 @@ def test_each_prefix_is_removed(prefix: str) -> None:
     "torch.distributed.DistBackendError: NCCL error",
     "Loss went to 100% of the budget: KeyError later",     # a percent is no tqdm bar
     "- KeyError: 'lr' was raised",                         # a dash alone is no prefix
+    "+ python train.py --lr 0.1",                          # a shell's xtrace, not a diff
 ])
 def test_a_line_without_prefix_is_left_whole(line: str) -> None:
     assert without_prefix(line) is None
@@ -113,3 +117,29 @@ def test_a_ray_actor_exception_is_judged_as_the_exception(tmp_path: Path) -> Non
                                    rules=load_rules())
     assert diagnosis.rule_id == "python-user-error"
     assert diagnosis.decision is Decision.ABORT
+
+
+FLAT = ('Traceback (most recent call last): File "/opt/train/run.py", line 435, in <module> main() '
+        'File "/opt/train/run.py", line 319, in main logger.info(" ".join(files)) TypeError: sequence '
+        'item 0: expected str instance, NoneType found')
+
+
+def test_a_traceback_flattened_onto_one_line_is_read_part_by_part() -> None:
+    parts = [text for _, text in message_starts(FLAT)]
+    assert parts[-1] == "TypeError: sequence item 0: expected str instance, NoneType found"
+    assert [p.split(",")[0] for p in parts[:2]] == ['File "/opt/train/run.py"'] * 2
+    assert search(re.compile(r"^TypeError: "), FLAT)
+    offset, text = message_starts(FLAT)[-1]
+    assert FLAT[offset:].startswith(text)
+
+
+@pytest.mark.parametrize("line", [
+    # one frame whose source line raises a class: no flattened traceback, no exception line
+    '  File "train.py", line 3, in main    raise KeyError(name)',
+    # a message that mentions an exception after a frame's words, without a frame
+    "caught in main(): TypeError: bad row, skipped",
+    # two frames, but the class only raised or caught in their source lines
+    'File "a.py", line 1, in f  raise ValueError(x) File "b.py", line 2, in g  except ValueError: pass',
+])
+def test_no_exception_line_is_made_up_from_a_frame_or_a_mention(line: str) -> None:
+    assert not search(re.compile(r"^(?:ValueError|TypeError|KeyError): "), line)

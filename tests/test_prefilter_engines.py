@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from wrapper.classifier.launcher_logs import strip_ansi
-from wrapper.classifier.line_prefix import anchored, without_prefix
+from wrapper.classifier.line_prefix import anchored, message_starts
 from wrapper.classifier.prefilter import ENGINE_ENV, HyperscanPrefilter, Prefilter, block_form, make_prefilter
 from wrapper.classifier.rules import RuleSet, load_rules
 from wrapper.classifier.scanner import LineScanner
@@ -43,9 +43,9 @@ def reference_hits(rules: RuleSet, text: str) -> list[tuple[str, int, str]]:
     table = [(rule.id, [(p, anchored(p)) for p in rule.patterns]) for rule in rules.rules]
     for lineno, line in enumerate(lines, 1):
         line = strip_ansi(line).rstrip("\r")
-        rest = without_prefix(line)
+        rests = [rest for _, rest in message_starts(line)]
         for rule_id, patterns in table:
-            if any(p.search(line) or (at_start and rest is not None and p.search(rest))
+            if any(p.search(line) or (at_start and any(p.search(rest) for rest in rests))
                    for p, at_start in patterns):
                 out.append((rule_id, lineno, line))
     return out

@@ -110,13 +110,51 @@ _WARNING_IN_PREFIX = re.compile(r"(?:^|[\s\[(|:-])(?:WARNING|WARN|INFO|DEBUG)\b|
 
 def without_prefix(line: str) -> str | None:
     """``line`` after its launcher / logger prefixes, or None when it has none."""
+    found = _prefix_end(line)
+    return None if found is None else found[1]
+
+
+def _prefix_end(line: str) -> tuple[int, str] | None:
     found = _PREFIXES.match(line)
     if found is None or found.end() == 0:
         return None
     rest = line[found.end():]
     if rest.endswith("`") and "`" in line[:found.end()]:
         rest = rest[:-1]  # the inline code's closing backtick: the message ends before it
-    return rest if rest else None
+    return (found.end(), rest) if rest else None
+
+
+# A Python traceback whose newlines were lost on its way to the log or the thread (a
+# quoted block pasted as one paragraph, a JSON field printed with its "\n" as spaces):
+# "Traceback (most recent call last): File "x.py", line 3, in main() File ... TypeError:
+# sequence item 0: expected str instance". Read only when the line holds a traceback's
+# header and a frame, or two frames: then each frame and the exception line start a part
+# of their own, as they would have started a line.
+_FRAME = r'File "[^"\n]{1,400}", line \d+'
+_FLAT_TRACEBACK = re.compile(rf'Traceback \(most recent call last\):\s*{_FRAME}|{_FRAME}.*?\s{_FRAME}')
+# where a part starts: after white space, the header, a frame, or an exception class
+# followed by ":" (not a frame's source line that raises or catches it: "raise
+# KeyError(k)", "except KeyError:")
+_FLAT_PART = re.compile(
+    rf'(?<=\s)(?:Traceback \(most recent call last\):|{_FRAME}'
+    r'|(?<!except )(?<!raise )(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?=:(?:\s|$)))')
+
+
+def message_starts(line: str) -> list[tuple[int, str]]:
+    """Where a message may start in ``line`` other than at its first character, as
+    (offset, text): after the line's prefixes (``without_prefix``), and at each part of a
+    traceback flattened onto the line. An anchored pattern is tried on each."""
+    out = []
+    found = _prefix_end(line)
+    if found is not None:
+        out.append(found)
+    if 'File "' in line and _FLAT_TRACEBACK.search(line):
+        starts = [m.start() for m in _FLAT_PART.finditer(line)]
+        for i, start in enumerate(starts):
+            part = line[start:starts[i + 1] if i + 1 < len(starts) else len(line)].rstrip()
+            if part:
+                out.append((start, part))
+    return out
 
 
 def anchored(pattern: Any) -> bool:
@@ -135,13 +173,15 @@ def unanchored(pattern: re.Pattern[str]) -> re.Pattern[str]:
 
 
 def search(pattern: Any, line: str) -> Any:
-    """``pattern.search`` on the line, and for an anchored pattern on the line without
-    its prefixes too: the one way every part of the classifier tests a line."""
+    """``pattern.search`` on the line, and for an anchored pattern at each other place a
+    message may start (``message_starts``: after the prefixes, a flattened traceback's
+    parts) too: the one way every part of the classifier tests a line."""
     found = pattern.search(line)
     if found is None and anchored(pattern):
-        rest = without_prefix(line)
-        if rest is not None:
+        for _, rest in message_starts(line):
             found = pattern.search(rest)
+            if found is not None:
+                break
     return found
 
 

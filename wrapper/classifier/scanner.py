@@ -7,7 +7,8 @@ wrapper/classifier/prefilter.py); only lines it proposes are tested rule by rule
 the engine never changes which rule matched or where. ANSI colour
 codes are removed before matching. A pattern anchored at the start of the message
 (``^``) is also tried after the launcher / logger prefixes of the line (line_prefix.py:
-``[rank0]:``, Ray's ``(Worker pid=9)``, timestamps...). Hits are kept per rule (the
+``[rank0]:``, Ray's ``(Worker pid=9)``, timestamps...) and at each part of a traceback
+flattened onto one line. Hits are kept per rule (the
 first and the last few), so a flood of cascade lines can never push the root cause out.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wrapper.classifier.launcher_logs import strip_ansi
-from wrapper.classifier.line_prefix import anchored, unanchored, without_prefix
+from wrapper.classifier.line_prefix import anchored, message_starts, unanchored
 from wrapper.classifier.prefilter import make_prefilter
 
 if TYPE_CHECKING:
@@ -117,16 +118,18 @@ class LineScanner:
 
     def _match_line(self, line: str, stream: str, lineno: int) -> LogHit | None:
         first: LogHit | None = None
-        rest: str | None | bool = False  # the line without its prefixes, computed once
+        starts: list[tuple[int, str]] | None = None  # other message starts, computed once
         for rule_id, patterns, at_start in self._rules:
             found = next((m for m in (p.search(line) for p in patterns) if m is not None), None)
             at = 0 if found is None else found.start()
             if found is None and at_start:
-                if rest is False:
-                    rest = without_prefix(line)
-                if isinstance(rest, str):
+                if starts is None:
+                    starts = message_starts(line)
+                for offset, rest in starts:
                     found = next((m for m in (p.search(rest) for p in at_start) if m is not None), None)
-                    at = 0 if found is None else len(line) - len(rest) + found.start()
+                    if found is not None:
+                        at = offset + found.start()
+                        break
             if found is not None:
                 hit = LogHit(rule_id=rule_id, stream=stream, lineno=lineno,
                              text=_window(line, at), seq=self._seq,
