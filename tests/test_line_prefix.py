@@ -128,9 +128,29 @@ def test_a_traceback_flattened_onto_one_line_is_read_part_by_part() -> None:
     parts = [text for _, text in message_starts(FLAT)]
     assert parts[-1] == "TypeError: sequence item 0: expected str instance, NoneType found"
     assert [p.split(",")[0] for p in parts[:2]] == ['File "/opt/train/run.py"'] * 2
+    assert all(FLAT.endswith(p) for p in parts)  # each part runs to the line's end
     assert search(re.compile(r"^TypeError: "), FLAT)
     offset, text = message_starts(FLAT)[-1]
-    assert FLAT[offset:].startswith(text)
+    assert FLAT[offset:] == text
+
+
+@pytest.mark.parametrize(("line", "repaired"), [
+    ("KeyErrorKeyError: : 'input_ids_j'", "KeyError: 'input_ids_j'"),
+    ("[rank0]: ValueErrorValueErrorValueError: : : bad shape", "ValueError: bad shape"),
+    ("torch.OutOfMemoryErrortorch.OutOfMemoryError: : CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory."),
+])
+def test_an_exception_line_two_ranks_wrote_into_each_other_is_read_repaired(line: str, repaired: str) -> None:
+    assert repaired in [text for _, text in message_starts(line)]
+
+
+@pytest.mark.parametrize("line", [
+    "KeyErrorKeyError: 'x'",          # the ": " not repeated as often as the class
+    "KeyErrorKeyError: : : 'x'",      # ... nor more often
+    "MyKeyError: : 'x'",              # one class, an empty message part
+])
+def test_no_interleaving_is_read_where_the_counts_do_not_agree(line: str) -> None:
+    assert all(text == line or not text.startswith(("KeyError: ", "MyKeyError: '"))
+               for _, text in message_starts(line))
 
 
 @pytest.mark.parametrize("line", [

@@ -140,20 +140,36 @@ _FLAT_PART = re.compile(
     r'|(?<!except )(?<!raise )(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?=:(?:\s|$)))')
 
 
+# The same exception line printed by several ranks into one stream at once: CPython's
+# default excepthook writes the class name, ": " and the message as separate writes, so
+# two ranks interleave them ("KeyErrorKeyError: : 'input_ids'"). The class repeated
+# whole, then its ": " repeated as often, is read as the one line each rank meant.
+_INTERLEAVED = re.compile(
+    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))(?:\1)+((?::\s*){2,})")
+# what the scanner's prefilter must let through for such a line to reach the rules: the
+# text after the repair is no substring of the line, so no rule's own pattern can vouch
+# for it (a form without the back-reference, which Hyperscan does not take)
+INTERLEAVED_PROBE = re.compile(r"(?:Error|Exception|Interrupt|Exit)(?::[ \t]*){2}")
+
+
 def message_starts(line: str) -> list[tuple[int, str]]:
     """Where a message may start in ``line`` other than at its first character, as
-    (offset, text): after the line's prefixes (``without_prefix``), and at each part of a
-    traceback flattened onto the line. An anchored pattern is tried on each."""
+    (offset, text): after the line's prefixes (``without_prefix``), at each part of a
+    traceback flattened onto the line, and an exception line several ranks wrote into
+    each other (its text then is the line one rank meant). An anchored pattern is tried
+    on each."""
     out = []
     found = _prefix_end(line)
     if found is not None:
         out.append(found)
+    body_at, body = found if found is not None else (0, line)
+    twice = _INTERLEAVED.match(body)
+    if twice is not None and twice.group(2).count(":") == twice.group(0)[:twice.start(2)].count(twice.group(1)):
+        out.append((body_at, f"{twice.group(1)}: {body[twice.end():]}"))
     if 'File "' in line and _FLAT_TRACEBACK.search(line):
-        starts = [m.start() for m in _FLAT_PART.finditer(line)]
-        for i, start in enumerate(starts):
-            part = line[start:starts[i + 1] if i + 1 < len(starts) else len(line)].rstrip()
-            if part:
-                out.append((start, part))
+        # each part runs to the line's end (a pattern's "$" then means what it means on
+        # the whole line, so the prefilter's unanchored patterns stay a superset)
+        out += [(m.start(), line[m.start():]) for m in _FLAT_PART.finditer(line)]
     return out
 
 
