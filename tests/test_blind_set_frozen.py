@@ -68,6 +68,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # after its first rule changes), frozen at 23:23 UTC and scored at once at the session's
 # start commit (35/41, 29/42; 1, 1 catastrophic) and at its last commit then, 53f602e
 # (36/41, 28/42; 0, 1)
+# blind36, blind37: gathered blind for the twentieth round (same session, a-m and n-z,
+# after all of its rule changes but the last), frozen at 00:03 / 00:04 UTC and scored at
+# once at c5e5dc2 (26/41, 28/43; 1, 0 catastrophic) and at 17e0889 (24/41, 28/43; 1, 0)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -79,7 +82,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind25", "blind25.yaml"), ("blind26", "blind26.yaml"), ("blind27", "blind27.yaml"),
         ("blind28", "blind28.yaml"), ("blind29", "blind29.yaml"), ("blind30", "blind30.yaml"),
         ("blind31", "blind31.yaml"), ("blind32", "blind32.yaml"), ("blind33", "blind33.yaml"),
-        ("blind34", "blind34.yaml"), ("blind35", "blind35.yaml")]
+        ("blind34", "blind34.yaml"), ("blind35", "blind35.yaml"), ("blind36", "blind36.yaml"),
+        ("blind37", "blind37.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
