@@ -191,7 +191,8 @@ def unanchored(pattern: re.Pattern[str]) -> re.Pattern[str]:
 def search(pattern: Any, line: str) -> Any:
     """``pattern.search`` on the line, and for an anchored pattern at each other place a
     message may start (``message_starts``: after the prefixes, a flattened traceback's
-    parts) too: the one way every part of the classifier tests a line."""
+    parts, an exception line ranks wrote into each other) too: the one way every part of
+    the classifier tests a line."""
     found = pattern.search(line)
     if found is None and anchored(pattern):
         for _, rest in message_starts(line):
