@@ -131,21 +131,22 @@ def _prefix_end(line: str) -> tuple[int, str] | None:
 # header and a frame, or two frames: then each frame and the exception line start a part
 # of their own, as they would have started a line.
 _FRAME = r'File "[^"\n]{1,400}", line \d+'
+# an exception class as an exception line names it (dotted module path, CapWords name)
+_EXCEPTION_CLASS = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)"
 _FLAT_TRACEBACK = re.compile(rf'Traceback \(most recent call last\):\s*{_FRAME}|{_FRAME}.*?\s{_FRAME}')
 # where a part starts: after white space, the header, a frame, or an exception class
 # followed by ":" (not a frame's source line that raises or catches it: "raise
 # KeyError(k)", "except KeyError:")
 _FLAT_PART = re.compile(
     rf'(?<=\s)(?:Traceback \(most recent call last\):|{_FRAME}'
-    r'|(?<!except )(?<!raise )(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)(?=:(?:\s|$)))')
+    rf'|(?<!except )(?<!raise ){_EXCEPTION_CLASS}(?=:(?:\s|$)))')
 
 
 # The same exception line printed by several ranks into one stream at once: CPython's
 # default excepthook writes the class name, ": " and the message as separate writes, so
 # two ranks interleave them ("KeyErrorKeyError: : 'input_ids'"). The class repeated
 # whole, then its ": " repeated as often, is read as the one line each rank meant.
-_INTERLEAVED = re.compile(
-    r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit))(?:\1)+((?::\s*){2,})")
+_INTERLEAVED = re.compile(rf"({_EXCEPTION_CLASS})(?:\1)+((?::\s*){{2,}})")
 # what the scanner's prefilter must let through for such a line to reach the rules: the
 # text after the repair is no substring of the line, so no rule's own pattern can vouch
 # for it (a form without the back-reference, which Hyperscan does not take)
@@ -164,7 +165,8 @@ def message_starts(line: str) -> list[tuple[int, str]]:
         out.append(found)
     body_at, body = found if found is not None else (0, line)
     twice = _INTERLEAVED.match(body)
-    if twice is not None and twice.group(2).count(":") == twice.group(0)[:twice.start(2)].count(twice.group(1)):
+    # as many ": " as copies of the class: one write of each per rank
+    if twice is not None and twice.group(2).count(":") == twice.start(2) // len(twice.group(1)):
         out.append((body_at, f"{twice.group(1)}: {body[twice.end():]}"))
     if 'File "' in line and _FLAT_TRACEBACK.search(line):
         # each part runs to the line's end (a pattern's "$" then means what it means on
