@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +13,6 @@ from wrapper.classifier.rules import load_rules
 RULES = load_rules()
 PATTERNS = [p for rule in RULES.rules for p in rule.patterns]
 PREFILTER = Prefilter(PATTERNS)
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
 
 def test_required_literals() -> None:
@@ -32,15 +30,9 @@ def test_trie_regex_matches_exactly_its_words() -> None:
     assert not any(regex.match(w) for w in ["Err", "Exi", "Xi", "ErrorXY", ""])
 
 
-def test_prefilter_accepts_every_matching_fixture_line() -> None:
-    checked = 0
-    for log in sorted(FIXTURES.glob("*.log")):
-        for line in log.read_text().splitlines():
-            if any(p.search(line) for p in PATTERNS):
-                checked += 1
-                assert PREFILTER.may_match(line), line[:200]
-                assert any(True for _ in PREFILTER.candidates(line)), line[:200]
-    assert checked > 100
+# Soundness on every real log line (a line some pattern matches passes the prefilter and
+# names a candidate) is checked in tests/test_prefilter_engines.py, on the lines its naive
+# reference scan finds: one scan of the fixtures, not two.
 
 
 _PIECES = st.sampled_from(

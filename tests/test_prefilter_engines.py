@@ -76,7 +76,8 @@ def hit_keys(scanner: LineScanner) -> list[tuple[str, str, int, str]]:
     return [(h.rule_id, h.stream, h.lineno, h.text) for h in scanner.hits]
 
 
-def assert_same(rules: RuleSet, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def assert_same(rules: RuleSet, text: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, str]]:
+    """Both engines find the reference's hits; returns the reference's."""
     fast = hit_keys(scan(rules, text, "hyperscan", monkeypatch, bulk=True))
     plain = hit_keys(scan(rules, text, "re", monkeypatch, bulk=True))
     assert fast == plain
@@ -84,12 +85,26 @@ def assert_same(rules: RuleSet, text: str, monkeypatch: pytest.MonkeyPatch) -> N
     reference = reference_hits(rules, text)
     if all(sum(1 for r in reference if r[0] == rule) <= 16 for rule in {r[0] for r in reference}):
         assert [(k[0], k[2]) for k in fast] == [(r[0], r[1]) for r in reference]
+    return reference
+
+
+# the pure-re prefilter over every catalogue pattern, as tests/test_classify_prefilter.py
+# builds it: every line a pattern matches must pass it, and name a candidate
+PLAIN_PREFILTER = Prefilter([p for rule in RULES.rules for p in rule.patterns])
 
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
 def test_real_logs_same_hits_with_either_engine(log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = log.read_text(encoding="utf-8", errors="replace")
-    assert_same(RULES, text, monkeypatch)
+    reference = assert_same(RULES, text, monkeypatch)
+    # the prefilter's soundness on its own, whatever the scanner does around it (the naive
+    # reference's lines that a pattern matches as written; those that match only after a
+    # prefix reach the rules through the scanner's own prefilter, which assert_same checks)
+    patterns = {rule.id: rule.patterns for rule in RULES.rules}
+    for rule_id, _, line in reference:
+        if any(p.search(line) for p in patterns[rule_id]):
+            assert PLAIN_PREFILTER.may_match(line), line[:200]
+            assert any(True for _ in PLAIN_PREFILTER.candidates(line)), line[:200]
 
 
 def test_every_real_log_line_with_the_hostile_rules(monkeypatch: pytest.MonkeyPatch) -> None:
