@@ -163,3 +163,22 @@ def test_no_interleaving_is_read_where_the_counts_do_not_agree(line: str) -> Non
 ])
 def test_no_exception_line_is_made_up_from_a_frame_or_a_mention(line: str) -> None:
     assert not search(re.compile(r"^(?:ValueError|TypeError|KeyError): "), line)
+
+
+@pytest.mark.parametrize(("line", "cls"), [
+    ("AttributeError                            Traceback (most recent call last)", "AttributeError"),
+    ("huggingface_hub.errors.HFValidationError  Traceback (most recent call last)", "huggingface_hub.errors.HFValidationError"),
+    ("ImportError                               Traceback (most recent call", "ImportError"),  # a wrapped copy
+])
+def test_the_class_heading_an_ipython_traceback_is_read_as_its_exception_line(line: str, cls: str) -> None:
+    assert (0, cls) in message_starts(line)
+    assert search(re.compile(r"^(?:[A-Za-z_]\w*\.)*\w+Error(?::\s|:?$)"), line)
+
+
+@pytest.mark.parametrize("line", [
+    "Traceback (most recent call last):",                    # the plain header names no class
+    "ValueError Traceback (most recent call last)",          # one space: no IPython padding
+    "see the stack below   Traceback (most recent call last)",  # no class name
+])
+def test_no_class_is_read_from_a_line_that_is_no_ipython_header(line: str) -> None:
+    assert not search(re.compile(r"^\w*Error(?::\s|:?$)"), line)

@@ -35,6 +35,9 @@ TB = ["Traceback (most recent call last):",
     "huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-0f0f)",
     "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: Root=1-0f0f)",
     "[rank0]: mylib.errors.UnsupportedDtypeError: bfloat16 is not supported by this kernel",
+    # code that does not compile (triton/compiler/errors.py; inductor's C++ build)
+    "triton.compiler.errors.CompilationError: at 12:4: tl.static_assert(BLOCK % 16 == 0)",
+    "torch._inductor.exc.CppCompileError: C++ compile error",
 ])
 def test_a_class_named_for_a_mistake_in_the_inputs_aborts(tmp_path: Path, line: str) -> None:
     d = diagnose(tmp_path, ["step 1 loss 2.31", *TB, line])
@@ -91,3 +94,26 @@ def test_the_same_unknown_exception_again_aborts(tmp_path: Path) -> None:
                "counts_as_failure": True, "checkpoint_step_after": 100}
     again = decide(earlier)
     assert again["policy"]["decision"] == "abort", again["policy"]
+
+
+def test_an_nccl_shm_segment_failure_is_retried_once_then_aborts(tmp_path: Path) -> None:
+    # no "No space left on device": the node's /dev/shm state or a cause not shown, so one
+    # restart first (an abort costs 50 if it fixed it); the same failure again aborts
+    log = tmp_path / "train.log"
+    log.write_text("\n".join([
+        "n1:7:9 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1-0-1-0 (size 4460544)",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"]) + "\n")
+    history = tmp_path / "history.json"
+
+    def decide(*attempts: dict) -> dict:
+        history.write_text(json.dumps({"version": 1, "attempts": list(attempts), "node_failures": {}}))
+        result = CliRunner().invoke(main, ["classify", "--log", str(log), "--exit-code", "1", "--node", "n1",
+                                           "--history", str(history), "--format", "json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    first = decide()
+    assert (first["rule"], first["policy"]["decision"]) == ("nccl-shm-segment", "retry"), first
+    earlier = {"rule": "nccl-shm-segment", "decision": "retry", "node": "n1", "allocation": "a1",
+               "counts_as_failure": True, "checkpoint_step_after": 100}
+    assert decide(earlier)["policy"]["decision"] == "abort"

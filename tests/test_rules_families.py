@@ -52,7 +52,9 @@ from tests.test_rules_tables import diagnose
     ("gpu-c-1:881:930 [0] graph/rings.cc:40 NCCL WARN Error : ring 2 does not loop back to start (9 != 0)", "nccl-invalid-usage", "abort"),
     ("gpu-c-1:881:930 [0] graph/rings.cc:52 NCCL WARN Error : ring 1 does not contain rank 4", "nccl-invalid-usage", "abort"),
     # NCCL's shm transport: /dev/shm too small, as c10d's "Last error:" quotes it (ninth round)
-    ("Error while creating shared memory segment /dev/shm/nccl-CsYXMW (size 9637888)", "nccl-invalid-usage", "abort"),
+    ("Error while creating shared memory segment /dev/shm/nccl-CsYXMW (size 9637888)", "nccl-shm-segment", "retry"),
+    ("Error while creating shared memory segment /dev/shm/nccl-CsYXMW (size 9637888), error: No space left on device (28)",
+     "nccl-invalid-usage", "abort"),
     # ---- a NaN loss a framework stops on (ninth round) ----
     # TensorFlow's NanTensorHook, the CheckNumerics op TF-slim puts on the loss
     ("ERROR:tensorflow:Model diverged with loss = NaN.", "loss-nan", "abort"),

@@ -77,7 +77,10 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     ("RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8", "nccl-error", "retry"),
     ("ncclInternalError: Internal check failed.", "nccl-error", "retry"),
     ("h:1:2 [0] init.cc:497 NCCL WARN Duplicate GPU detected : rank 4 and rank 0 both on CUDA device 1000", "nccl-invalid-usage", "abort"),
-    ("h:1:2 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)", "nccl-invalid-usage", "abort"),
+    ("h:1:2 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)", "nccl-shm-segment", "retry"),
+    ("h:1:2 [0] NCCL WARN Call to shm_open failed : Permission denied", "nccl-shm-segment", "retry"),
+    ("h:1:2 [0] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888), error: No space "
+     "left on device (28)", "nccl-invalid-usage", "abort"),
     ("h:1:2 [0] NCCL INFO NET/IB : mlx5_2:1 Got async event : port error", "ib-hca-fault", "reschedule"),
     ("h:1:2 [0] NCCL WARN NET/IB : mlx5_0:1 Got async event : local catastrophic error", "ib-hca-fault", "reschedule"),
     ("NET/IB : Got completion from peer 10.0.0.2<1> with status=RNR retry counter exceeded(13)", "nccl-error", "retry"),

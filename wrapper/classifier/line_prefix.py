@@ -152,18 +152,34 @@ _INTERLEAVED = re.compile(rf"({_EXCEPTION_CLASS})(?:\1)+((?::\s*){{2,}})")
 # for it (a form without the back-reference, which Hyperscan does not take)
 INTERLEAVED_PROBE = re.compile(r"(?:Error|Exception|Interrupt|Exit)(?::[ \t]*){2}")
 
+# IPython's traceback (a Jupyter / Colab cell, the form threads paste most from
+# notebooks) opens with the exception's class, padded, then "Traceback (most recent call
+# last)" on the same line (IPython/core/ultratb.py, VerboseTB's header); the exception
+# line itself comes last, after every frame, and an excerpt cut short of it keeps only
+# this header. The class is read as an exception line without its message.
+_IPYTHON_HEADER = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*) {2,}Traceback \(most recent call")
+_IPYTHON_PROBE = re.compile(r"\w {2,}Traceback \(most recent call")
+
+# the lines whose message an anchored pattern reads in a form that is no substring of
+# the line: the scanner's prefilter must propose them (LineScanner adds these)
+REPAIR_PROBES = (INTERLEAVED_PROBE, _IPYTHON_PROBE)
+
 
 def message_starts(line: str) -> list[tuple[int, str]]:
     """Where a message may start in ``line`` other than at its first character, as
     (offset, text): after the line's prefixes (``without_prefix``), at each part of a
     traceback flattened onto the line, and an exception line several ranks wrote into
-    each other (its text then is the line one rank meant). An anchored pattern is tried
-    on each."""
+    each other (its text then is the line one rank meant), and the exception class that
+    heads an IPython traceback (its text then is the class alone). An anchored pattern is
+    tried on each."""
     out = []
     found = _prefix_end(line)
     if found is not None:
         out.append(found)
     body_at, body = found if found is not None else (0, line)
+    header = _IPYTHON_HEADER.match(body)
+    if header is not None:
+        out.append((body_at, header.group(1)))
     twice = _INTERLEAVED.match(body)
     # as many ": " as copies of the class: one write of each per rank
     if twice is not None and twice.group(2).count(":") == twice.start(2) // len(twice.group(1)):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from wrapper.classifier.launcher_logs import strip_ansi
-from wrapper.classifier.line_prefix import INTERLEAVED_PROBE, anchored, message_starts, unanchored
+from wrapper.classifier.line_prefix import REPAIR_PROBES, anchored, message_starts, unanchored
 from wrapper.classifier.prefilter import make_prefilter
 
 if TYPE_CHECKING:
@@ -58,9 +58,9 @@ class LineScanner:
         ]
         # the prefilter must propose a prefixed line to an anchored pattern: it gets the
         # pattern without its "^" (a superset of its matches, so it stays sound)
-        # ... and a line whose exception several ranks wrote into each other, which an
-        # anchored pattern reads repaired (line_prefix.message_starts)
-        probe = [INTERLEAVED_PROBE] if any(at_start for _, _, at_start in self._rules) else []
+        # ... and the lines an anchored pattern reads repaired (line_prefix.message_starts:
+        # an exception line several ranks wrote into each other, an IPython header)
+        probe = list(REPAIR_PROBES) if any(at_start for _, _, at_start in self._rules) else []
         self._prefilter = make_prefilter([unanchored(p) for _, patterns, _ in self._rules
                                           for p in patterns] + probe)
         self._any_patterns = bool(self._rules)
