@@ -225,3 +225,25 @@ def test_detectron2s_last_iteration_outranks_a_crash_in_the_evaluation_after_it(
 def test_keras_fits_last_epoch_outranks_a_crash_after_it(tmp_path: Path, last_bar: str, decision: str) -> None:
     d = diagnose(tmp_path, ["Epoch 10/10", last_bar, CRASH], exit_code=None, signal=11)
     assert str(d.decision) == decision, d.why_won
+
+
+@pytest.mark.parametrize(("bar", "decision"), [
+    # YOLOv5 (epoch/epochs-1) and Ultralytics (epoch+1/epochs): the last epoch's bar at N/N
+    ("     99/99     0.83G   0.03993   0.07117  0.000314        87       640: 100%|##########| 800/800 [09:39<00:00,  1.38it/s]",
+     "complete"),
+    ("    150/150      24.4G      1.027     0.7342      0.999         13       1024: 100%|##########| 469/469 [02:27<00:00]",
+     "complete"),
+    # ... an earlier epoch's end, or the last epoch's bar short of its end, is no end
+    ("     98/99     0.83G   0.03993   0.07117  0.000314        87       640: 100%|##########| 800/800 [09:39<00:00,  1.38it/s]",
+     "retry"),
+    ("     99/99     0.83G   0.03993   0.07117  0.000314        87       640:  62%|######    | 500/800 [06:01<03:38,  1.38it/s]",
+     "retry"),
+    # a validation bar has no epoch column
+    ("                 Class     Images  Instances      P      R  mAP50  mAP50-95: 100%|##########| 5/5 [00:01<00:00]",
+     "retry"),
+])
+def test_a_yolo_epoch_bar_at_its_last_epochs_end_outranks_a_crash_after_it(tmp_path: Path, bar: str,
+                                                                           decision: str) -> None:
+    d = diagnose(tmp_path, ["      Epoch    GPU_mem   box_loss   obj_loss   cls_loss  Instances       Size", bar, CRASH],
+                 exit_code=None, signal=11)
+    assert str(d.decision) == decision, d.why_won

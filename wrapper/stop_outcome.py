@@ -66,6 +66,14 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # (100% at every epoch's end), so the bar counts only with those scripts' own postfix, as
 # the bar's description at a segment start (tqdm redraws with a carriage return), and its
 # LAST reading counts (a per-epoch bar starts again from 0).
+# The epoch bar of YOLOv5 (train.py) and Ultralytics (engine/trainer.py _do_train): tqdm
+# over one epoch's batches, its description the epoch, then the GPU memory in G, the
+# losses and the image size: "     99/99     0.83G   0.04 ...   640: 100%|###| 800/800 [".
+# YOLOv5 writes f"{epoch}/{epochs - 1}", Ultralytics f"{epoch + 1}/{epochs}": either way
+# the last epoch reads E/E, and its bar at N/N is the training's last step. Read as one
+# count, E * N + n of (E_MAX + 1) * N: equal only there (validation bars have no epoch).
+_YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t][^|\r\n]*?:[ \t]*\d{1,3}%\|"
+                             r"[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 _STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
                         r"\s*(\d+)/(\d+) \[[^\]\r\n]*\b(?:step_loss|avr_loss)=")
 
@@ -112,7 +120,8 @@ class StepTracker:
         # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
         # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
-        # N/TOTAL; acc:``; Keras fit's last epoch bar): the last N and its TOTAL,
+        # N/TOTAL; acc:``; Keras fit's last epoch bar; YOLOv5's / Ultralytics' epoch bar): the
+        # last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
         self.iteration: int | None = None
@@ -124,6 +133,11 @@ class StepTracker:
             for found in progress_lines.matches(text):
                 if found.kind is progress_lines.ProgressKind.STEP and found.step is not None:
                     self._saw(str(found.step))
+            if "G " in text:
+                for match in _YOLO_EPOCH_BAR.finditer(text):
+                    epoch, epochs, batch, batches = (int(g) for g in match.groups())
+                    if epoch <= epochs and 0 < batch <= batches:
+                        self._read(epoch * batches + batch, (epochs + 1) * batches)
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
                 if not _starts_word(text, match.start()):
