@@ -71,6 +71,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind36, blind37: gathered blind for the twentieth round (same session, a-m and n-z,
 # after all of its rule changes but the last), frozen at 00:03 / 00:04 UTC and scored at
 # once at c5e5dc2 (26/41, 28/43; 1, 0 catastrophic) and at 17e0889 (24/41, 28/43; 1, 0)
+# blind38-blind41: gathered blind at the start of the twenty-first round (the next
+# session, owners a-f, g-m, n-s, t-z), frozen at 01:23-01:27 UTC and scored at once at
+# that session's start commit 328e871, before any rule work (22/41, 27/41, 32/43, 33/45;
+# 1, 0, 2, 1 catastrophic)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -83,7 +87,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind28", "blind28.yaml"), ("blind29", "blind29.yaml"), ("blind30", "blind30.yaml"),
         ("blind31", "blind31.yaml"), ("blind32", "blind32.yaml"), ("blind33", "blind33.yaml"),
         ("blind34", "blind34.yaml"), ("blind35", "blind35.yaml"), ("blind36", "blind36.yaml"),
-        ("blind37", "blind37.yaml")]
+        ("blind37", "blind37.yaml"), ("blind38", "blind38.yaml"), ("blind39", "blind39.yaml"),
+        ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
