@@ -13,8 +13,18 @@ only loses its place in the balance, never a check.
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+
+# A shell that starts the suite in the background without job control (`pytest ... &` in
+# a script) hands it SIGINT ignored, and exec keeps an ignored signal ignored: the
+# trainings, wrappers and executors these tests start would never see the Ctrl-C the
+# tests send them (seen once: every SIGINT case of the crash matrix "never reached").
+# A handler, unlike SIG_IGN, is reset to the default on exec, so the children get
+# SIGINT's default again; this process (each xdist worker loads this file) too.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Measured 2026-11-25 (pytest --durations=80, 3 workers, 2 cores); rounded.
 LONG_TESTS: dict[str, float] = {
