@@ -75,6 +75,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # session, owners a-f, g-m, n-s, t-z), frozen at 01:23-01:27 UTC and scored at once at
 # that session's start commit 328e871, before any rule work (22/41, 27/41, 32/43, 33/45;
 # 1, 0, 2, 1 catastrophic)
+# blind42, blind43: gathered blind for the twenty-second round (same session, a-m and n-z,
+# while its first rule changes were made), frozen at 01:58 / 02:04 UTC and scored at once:
+# blind43 at bb82c8a (27/40, 0 catastrophic), blind42 at 96c84bd (33/41, 1); both the same
+# at the session's start commit 328e871
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -88,7 +92,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind31", "blind31.yaml"), ("blind32", "blind32.yaml"), ("blind33", "blind33.yaml"),
         ("blind34", "blind34.yaml"), ("blind35", "blind35.yaml"), ("blind36", "blind36.yaml"),
         ("blind37", "blind37.yaml"), ("blind38", "blind38.yaml"), ("blind39", "blind39.yaml"),
-        ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml")]
+        ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml"), ("blind42", "blind42.yaml"),
+        ("blind43", "blind43.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
