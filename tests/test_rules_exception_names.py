@@ -75,45 +75,39 @@ def test_near_misses_of_the_exception_names(tmp_path: Path, line: str, rule: str
     assert (d.rule_id, str(d.decision)) == (rule, decision), d.why_won
 
 
+def _decide_with_history(tmp_path: Path, lines: list[str], *attempts: dict) -> dict:
+    """`resched classify --history` on a log of ``lines`` after ``attempts``: its JSON."""
+    log, history = tmp_path / "train.log", tmp_path / "history.json"
+    log.write_text("\n".join(lines) + "\n")
+    history.write_text(json.dumps({"version": 1, "attempts": list(attempts), "node_failures": {}}))
+    result = CliRunner().invoke(main, ["classify", "--log", str(log), "--exit-code", "1", "--node", "n1",
+                                       "--history", str(history), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _earlier(rule: str) -> dict:
+    """An earlier attempt of this job that the rule decided (retried in place)."""
+    return {"rule": rule, "decision": "retry", "node": "n1", "allocation": "a1",
+            "counts_as_failure": True, "checkpoint_step_after": 100}
+
+
 def test_the_same_unknown_exception_again_aborts(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("\n".join(["step 1 loss 2.31", *TB, "mylib.core.PipelineStateError: stage 3 has no inputs"]) + "\n")
-    history = tmp_path / "history.json"
-
-    def decide(*attempts: dict) -> dict:
-        history.write_text(json.dumps({"version": 1, "attempts": list(attempts), "node_failures": {}}))
-        result = CliRunner().invoke(main, ["classify", "--log", str(log), "--exit-code", "1", "--node", "n1",
-                                           "--history", str(history), "--format", "json"])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)
-
-    first = decide()
+    lines = ["step 1 loss 2.31", *TB, "mylib.core.PipelineStateError: stage 3 has no inputs"]
+    first = _decide_with_history(tmp_path, lines)
     assert (first["rule"], first["decision"], first["policy"]["decision"]) == (
         "python-uncaught-exception", "retry", "retry")
-    earlier = {"rule": "python-uncaught-exception", "decision": "retry", "node": "n1", "allocation": "a1",
-               "counts_as_failure": True, "checkpoint_step_after": 100}
-    again = decide(earlier)
+    again = _decide_with_history(tmp_path, lines, _earlier("python-uncaught-exception"))
     assert again["policy"]["decision"] == "abort", again["policy"]
 
 
 def test_an_nccl_shm_segment_failure_is_retried_once_then_aborts(tmp_path: Path) -> None:
     # no "No space left on device": the node's /dev/shm state or a cause not shown, so one
     # restart first (an abort costs 50 if it fixed it); the same failure again aborts
-    log = tmp_path / "train.log"
-    log.write_text("\n".join([
-        "n1:7:9 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1-0-1-0 (size 4460544)",
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"]) + "\n")
-    history = tmp_path / "history.json"
-
-    def decide(*attempts: dict) -> dict:
-        history.write_text(json.dumps({"version": 1, "attempts": list(attempts), "node_failures": {}}))
-        result = CliRunner().invoke(main, ["classify", "--log", str(log), "--exit-code", "1", "--node", "n1",
-                                           "--history", str(history), "--format", "json"])
-        assert result.exit_code == 0, result.output
-        return json.loads(result.output)
-
-    first = decide()
+    lines = ["n1:7:9 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment "
+             "nccl-shm-recv-1-0-1-0 (size 4460544)",
+             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"]
+    first = _decide_with_history(tmp_path, lines)
     assert (first["rule"], first["policy"]["decision"]) == ("nccl-shm-segment", "retry"), first
-    earlier = {"rule": "nccl-shm-segment", "decision": "retry", "node": "n1", "allocation": "a1",
-               "counts_as_failure": True, "checkpoint_step_after": 100}
-    assert decide(earlier)["policy"]["decision"] == "abort"
+    again = _decide_with_history(tmp_path, lines, _earlier("nccl-shm-segment"))
+    assert again["policy"]["decision"] == "abort", again["policy"]
