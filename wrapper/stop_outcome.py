@@ -66,6 +66,8 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # (100% at every epoch's end), so the bar counts only with those scripts' own postfix, as
 # the bar's description at a segment start (tqdm redraws with a carriage return), and its
 # LAST reading counts (a per-epoch bar starts again from 0).
+_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
+                        r"\s*(\d+)/(\d+) \[[^\]\r\n]*\b(?:step_loss|avr_loss)=")
 # The epoch bar of YOLOv5 (train.py) and Ultralytics (engine/trainer.py _do_train): tqdm
 # over one epoch's batches, its description the epoch, then the GPU memory in G, the
 # losses and the image size: "     99/99     0.83G   0.04 ...   640: 100%|###| 800/800 [".
@@ -74,8 +76,6 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # count, E * N + n of (E_MAX + 1) * N: equal only there (validation bars have no epoch).
 _YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t][^|\r\n]*?:[ \t]*\d{1,3}%\|"
                              r"[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
-_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
-                        r"\s*(\d+)/(\d+) \[[^\]\r\n]*\b(?:step_loss|avr_loss)=")
 
 
 def _word_char(char: str) -> bool:
