@@ -91,6 +91,7 @@ def assert_same(rules: RuleSet, text: str, monkeypatch: pytest.MonkeyPatch) -> l
 # the pure-re prefilter over every catalogue pattern, as tests/test_classify_prefilter.py
 # builds it: every line a pattern matches must pass it, and name a candidate
 PLAIN_PREFILTER = Prefilter([p for rule in RULES.rules for p in rule.patterns])
+PATTERNS_OF = {rule.id: rule.patterns for rule in RULES.rules}
 
 
 @pytest.mark.parametrize("log", REAL_LOGS, ids=lambda p: p.name)
@@ -100,9 +101,8 @@ def test_real_logs_same_hits_with_either_engine(log: Path, monkeypatch: pytest.M
     # the prefilter's soundness on its own, whatever the scanner does around it (the naive
     # reference's lines that a pattern matches as written; those that match only after a
     # prefix reach the rules through the scanner's own prefilter, which assert_same checks)
-    patterns = {rule.id: rule.patterns for rule in RULES.rules}
     for rule_id, _, line in reference:
-        if any(p.search(line) for p in patterns[rule_id]):
+        if any(p.search(line) for p in PATTERNS_OF[rule_id]):
             assert PLAIN_PREFILTER.may_match(line), line[:200]
             assert any(True for _ in PLAIN_PREFILTER.candidates(line)), line[:200]
 

@@ -131,8 +131,10 @@ def _prefix_end(line: str) -> tuple[int, str] | None:
 # header and a frame, or two frames: then each frame and the exception line start a part
 # of their own, as they would have started a line.
 _FRAME = r'File "[^"\n]{1,400}", line \d+'
-# an exception class as an exception line names it (dotted module path, CapWords name)
-_EXCEPTION_CLASS = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit)"
+# a class as a traceback names it (dotted module path, CapWords name), and an exception
+# class as an exception line names it
+_CLASS_NAME = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*"
+_EXCEPTION_CLASS = rf"{_CLASS_NAME}(?:Error|Exception|Interrupt|Exit)"
 _FLAT_TRACEBACK = re.compile(rf'Traceback \(most recent call last\):\s*{_FRAME}|{_FRAME}.*?\s{_FRAME}')
 # where a part starts: after white space, the header, a frame, or an exception class
 # followed by ":" (not a frame's source line that raises or catches it: "raise
@@ -157,7 +159,7 @@ INTERLEAVED_PROBE = re.compile(r"(?:Error|Exception|Interrupt|Exit)(?::[ \t]*){2
 # last)" on the same line (IPython/core/ultratb.py, VerboseTB's header); the exception
 # line itself comes last, after every frame, and an excerpt cut short of it keeps only
 # this header. The class is read as an exception line without its message.
-_IPYTHON_HEADER = re.compile(r"((?:[A-Za-z_]\w*\.)*[A-Z]\w*) {2,}Traceback \(most recent call")
+_IPYTHON_HEADER = re.compile(rf"({_CLASS_NAME}) {{2,}}Traceback \(most recent call")
 _IPYTHON_PROBE = re.compile(r"\w {2,}Traceback \(most recent call")
 
 # the lines whose message an anchored pattern reads in a form that is no substring of
@@ -177,7 +179,7 @@ def message_starts(line: str) -> list[tuple[int, str]]:
     if found is not None:
         out.append(found)
     body_at, body = found if found is not None else (0, line)
-    header = _IPYTHON_HEADER.match(body)
+    header = _IPYTHON_HEADER.match(body) if "  Traceback (most recent call" in body else None
     if header is not None:
         out.append((body_at, header.group(1)))
     twice = _INTERLEAVED.match(body)
@@ -209,8 +211,8 @@ def unanchored(pattern: re.Pattern[str]) -> re.Pattern[str]:
 def search(pattern: Any, line: str) -> Any:
     """``pattern.search`` on the line, and for an anchored pattern at each other place a
     message may start (``message_starts``: after the prefixes, a flattened traceback's
-    parts, an exception line ranks wrote into each other) too: the one way every part of
-    the classifier tests a line."""
+    parts, an exception line ranks wrote into each other, an IPython header's class) too:
+    the one way every part of the classifier tests a line."""
     found = pattern.search(line)
     if found is None and anchored(pattern):
         for _, rest in message_starts(line):
