@@ -155,6 +155,12 @@ def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     other = StepTracker()
     other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, loss=0.3]\n")
     assert (other.iteration, other.total_steps) == (None, None)
+    # ... nor with more than the older diffusers scripts' exact {"loss", "lr"} postfix
+    other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, loss=0.3, lr=1e-4, acc=0.9]\n")
+    assert (other.iteration, other.total_steps) == (None, None)
+    older = StepTracker()  # which that postfix is
+    older.feed("Steps: 100%|##########| 500/500 [06:52<00:00,  1.71it/s, loss=0.208, lr=0.0001]\n")
+    assert reached_last_step(older.iteration, older.total_steps)
     other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, step_loss=0.3]\n"
                "Steps:   4%|4         | 37/1000 [00:04<01:40,  9.6it/s, step_loss=0.4]\n")
     assert (other.iteration, other.total_steps) == (37, 1000)

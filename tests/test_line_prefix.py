@@ -48,12 +48,19 @@ PREFIXES = [
     "rank0]:",                                            # torchrun's, its "[" cut off
     "+",                                                  # a diff's added line
     "+E0501 10:00:00.123456  1234 trainer.cc:12] ",       # ... of a glog line
+    "*** ",                                               # pdb: a command that raised
+    "**",                                                 # markdown bold
 ]
 
 
 def test_inline_code_loses_its_closing_backtick_too() -> None:
     assert without_prefix("`" + MESSAGE + "`") == MESSAGE
     assert without_prefix("[rank0]: " + MESSAGE + "`") == MESSAGE + "`"  # no opening one
+
+
+def test_bold_loses_its_closing_mark_too() -> None:
+    assert without_prefix("**" + MESSAGE + "**") == MESSAGE
+    assert without_prefix("[rank0]: " + MESSAGE + "**") == MESSAGE + "**"  # no opening one
 
 
 @pytest.mark.parametrize("prefix", PREFIXES)
@@ -70,6 +77,7 @@ def test_each_prefix_is_removed(prefix: str) -> None:
     "Loss went to 100% of the budget: KeyError later",     # a percent is no tqdm bar
     "- KeyError: 'lr' was raised",                         # a dash alone is no prefix
     "+ python train.py --lr 0.1",                          # a shell's xtrace, not a diff
+    "** ",                                                 # a bare bold mark, nothing after
 ])
 def test_a_line_without_prefix_is_left_whole(line: str) -> None:
     assert without_prefix(line) is None

@@ -62,12 +62,15 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
 # sd-scripts (desc="steps" over the steps left, postfix avr_loss=...): its N/TOTAL counts
-# optimizer steps to the end. Other scripts draw a "Steps" bar over ONE epoch's batches
-# (100% at every epoch's end), so the bar counts only with those scripts' own postfix, as
-# the bar's description at a segment start (tqdm redraws with a carriage return), and its
-# LAST reading counts (a per-epoch bar starts again from 0).
+# optimizer steps to the end; the diffusers scripts before step_loss set the postfix to
+# exactly {"loss": ..., "lr": ...} ("..., 1.71it/s, loss=0.208, lr=0.0001]"). Other scripts
+# draw a "Steps" bar over ONE epoch's batches (100% at every epoch's end), so the bar
+# counts only with those scripts' own postfix, as the bar's description at a segment start
+# (tqdm redraws with a carriage return), and its LAST reading counts (a per-epoch bar
+# starts again from 0).
 _STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
-                        r"\s*(\d+)/(\d+) \[[^\]\r\n]*\b(?:step_loss|avr_loss)=")
+                        r"\s*(\d+)/(\d+) \[[^\]\r\n]*(?:\b(?:step_loss|avr_loss)="
+                        r"|/(?:s|it), loss=[-+\w.]{1,24}, lr=[-+\w.]{1,24}\])")
 # The epoch bar of YOLOv5 (train.py) and Ultralytics (engine/trainer.py _do_train): tqdm
 # over one epoch's batches, its description the epoch, then the GPU memory in G, the
 # losses and the image size: "     99/99     0.83G   0.04 ...   640: 100%|###| 800/800 [".

@@ -27,7 +27,7 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 (``service-1  | ``), a wrapper's ``Error: `` before an exception line, the marks a line
 picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
 marker, the REPL's ``>>> ``, a diff's ``+``, a bracketed prefix whose ``[`` the copy cut
-off), the kubelet's CRI
+off, markdown bold, pdb's ``*** `` error mark), the kubelet's CRI
 container logs (``<RFC 3339> stderr F ``),
 journald / syslog (``May 01 10:00:00 host python3[1234]: ``), and a tqdm bar that the
 error's first line is glued to (tqdm ends its bar with a carriage return).
@@ -65,9 +65,10 @@ _ONE = (
     # CLI, shell scripts): only when an exception class follows
     r"|Error: (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
     # a line as it reaches an issue thread or a chat: an inline-code backtick, a markdown
-    # quote marker, an interactive prompt (">>> " of the Python REPL): the message after
-    # them is the program's
-    r"|`|>{1,3} "
+    # quote marker, markdown bold ("**ValueError: ...**"), an interactive prompt (">>> "
+    # of the Python REPL), pdb's error mark ("*** ValueError: ..." when a command run in
+    # the debugger raised: Lib/pdb.py error()): the message after them is the program's
+    r"|`|>{1,3} |\*\*\*? ?(?=[^\s*])"
     # docker compose: "trainer-0  | "
     r"|[\w.-]{1,64} +\| "
     # timestamps: 2024-05-01 10:00:00,123 / 2024-05-01T10:00:00.123456789Z / 10:00:00.123
@@ -121,6 +122,8 @@ def _prefix_end(line: str) -> tuple[int, str] | None:
     rest = line[found.end():]
     if rest.endswith("`") and "`" in line[:found.end()]:
         rest = rest[:-1]  # the inline code's closing backtick: the message ends before it
+    elif rest.endswith("**") and "**" in line[:found.end()]:
+        rest = rest[:-2].rstrip()  # markdown bold's closing mark, likewise
     return (found.end(), rest) if rest else None
 
 
