@@ -83,6 +83,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # after round 21's and 22's rules), frozen at 03:01 / 02:56 UTC and scored at once: blind45
 # at cec33df (27/40, 0 catastrophic), blind44 at 6b1947a (31/40, 0); at 328e871 27/40
 # and 30/40
+# blind46-blind49: gathered blind at the start of the twenty-fourth round (the next
+# session, owners a-f, g-m, n-s, t-z), frozen at 04:12-04:16 UTC and scored at once at
+# that session's start commit e6da8a9, before any rule work (27/43, 26/41, 25/41, 26/41;
+# 0 catastrophic)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -97,7 +101,9 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind34", "blind34.yaml"), ("blind35", "blind35.yaml"), ("blind36", "blind36.yaml"),
         ("blind37", "blind37.yaml"), ("blind38", "blind38.yaml"), ("blind39", "blind39.yaml"),
         ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml"), ("blind42", "blind42.yaml"),
-        ("blind43", "blind43.yaml"), ("blind44", "blind44.yaml"), ("blind45", "blind45.yaml")]
+        ("blind43", "blind43.yaml"), ("blind44", "blind44.yaml"), ("blind45", "blind45.yaml"),
+        ("blind46", "blind46.yaml"), ("blind47", "blind47.yaml"), ("blind48", "blind48.yaml"),
+        ("blind49", "blind49.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
