@@ -158,12 +158,29 @@ def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     # ... nor with more than the older diffusers scripts' exact {"loss", "lr"} postfix
     other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, loss=0.3, lr=1e-4, acc=0.9]\n")
     assert (other.iteration, other.total_steps) == (None, None)
-    older = StepTracker()  # which that postfix is
-    older.feed("Steps: 100%|##########| 500/500 [06:52<00:00,  1.71it/s, loss=0.208, lr=0.0001]\n")
-    assert reached_last_step(older.iteration, older.total_steps)
     other.feed("Steps: 100%|##########| 1000/1000 [01:40<00:00, 10.0it/s, step_loss=0.3]\n"
                "Steps:   4%|4         | 37/1000 [00:04<01:40,  9.6it/s, step_loss=0.4]\n")
     assert (other.iteration, other.total_steps) == (37, 1000)
+    older = StepTracker()  # which that postfix is
+    older.feed("Steps: 100%|##########| 500/500 [06:52<00:00,  1.71it/s, loss=0.208, lr=0.0001]\n")
+    assert reached_last_step(older.iteration, older.total_steps)
+    notebook = StepTracker()  # a notebook's copy of the same bar, without the bar
+    notebook.feed("Steps: 100% 100/100 [05:56<00:00,  3.38s/it, loss=0.0255, lr=0.0001]\n")
+    assert reached_last_step(notebook.iteration, notebook.total_steps)
+
+
+def test_llama_recipes_epoch_bar_ends_only_at_the_last_epoch() -> None:
+    """llama-recipes' bar is per epoch: 100% of epoch 1 of 2 is no end, of epoch 2 is."""
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    tracker.feed("Training Epoch: 1/2, step 11/12 completed (loss: 1.80): 100%|##########| 6/6 [01:09<00:00, 11.5s/it]\n")
+    assert (tracker.iteration, tracker.total_steps) == (6, 12)
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("Training Epoch: 2/2, step 5/12 completed (loss: 1.61):  50%|#####     | 3/6 [00:35<00:35, 11.5s/it]\n")
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("Training Epoch: 2/2, step 11/12 completed (loss: 1.58): 100%|##########| 6/6 [01:09<00:00, 11.5s/it]\n")
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
 
 
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:

@@ -68,7 +68,8 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # counts only with those scripts' own postfix, as the bar's description at a segment start
 # (tqdm redraws with a carriage return), and its LAST reading counts (a per-epoch bar
 # starts again from 0).
-_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%\|[^|\r\n]*\|"
+# (A notebook's copy of the bar has no bar: "Steps: 100% 500/500 [...]".)
+_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%(?:\|[^|\r\n]*\|)?"
                         r"\s*(\d+)/(\d+) \[[^\]\r\n]*(?:\b(?:step_loss|avr_loss)="
                         r"|/(?:s|it), loss=[-+\w.]{1,24}, lr=[-+\w.]{1,24}\])")
 # The epoch bar of YOLOv5 (train.py) and Ultralytics (engine/trainer.py _do_train): tqdm
@@ -77,6 +78,12 @@ _STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]
 # YOLOv5 writes f"{epoch}/{epochs - 1}", Ultralytics f"{epoch + 1}/{epochs}": either way
 # the last epoch reads E/E, and its bar at N/N is the training's last step. Read as one
 # count, E * N + n of (E_MAX + 1) * N: equal only there (validation bars have no epoch).
+# llama-recipes / llama-cookbook's train_utils.train: a tqdm over one epoch's optimizer
+# steps, described "Training Epoch: E/EPOCHS, step S/BATCHES completed (loss: L)"; the last
+# epoch's bar at N/N is the end of the epoch loop (a max_train_step stop breaks before it).
+# Read as one count, (E - 1) * N + n of EPOCHS * N: equal only there.
+_LLAMA_RECIPES_BAR = re.compile(r"Training Epoch: (\d+)/(\d+), step \d+/\d+ completed \(loss: [^)\r\n]{0,60}\):"
+                                r"[ \t]*\d{1,3}%\|[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 _YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t][^|\r\n]*?:[ \t]*\d{1,3}%\|"
                              r"[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 
@@ -123,7 +130,8 @@ class StepTracker:
         # --train-iters; mmengine's ``Iter(train) [N/MAX]``, mmcv 1.x's ``Iter [N/MAX]``,
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
         # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
-        # N/TOTAL; acc:``; Keras fit's last epoch bar; YOLOv5's / Ultralytics' epoch bar): the
+        # N/TOTAL; acc:``; Keras fit's last epoch bar; YOLOv5's / Ultralytics' epoch bar;
+        # llama-recipes' "Training Epoch: E/EPOCHS" bar): the
         # last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
@@ -149,6 +157,11 @@ class StepTracker:
                     self._reached(int(match.group(1)), int(match.group(2)))
                 else:
                     self._saw(match.group(1))
+        if "Training Epoch: " in text:
+            for match in _LLAMA_RECIPES_BAR.finditer(text):
+                epoch, epochs, step, steps = (int(g) for g in match.groups())
+                if 0 < epoch <= epochs and 0 < step <= steps:
+                    self._read((epoch - 1) * steps + step, epochs * steps)
         if "teps:" in text:
             for match in _STEPS_BAR.finditer(text):
                 self._read(int(match.group(1)), int(match.group(2)))
