@@ -87,6 +87,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # session, owners a-f, g-m, n-s, t-z), frozen at 04:12-04:16 UTC and scored at once at
 # that session's start commit e6da8a9, before any rule work (27/43, 26/41, 25/41, 26/41;
 # 0 catastrophic)
+# blind50, blind51: gathered blind for the twenty-fifth round (same session, a-m and n-z,
+# while round 24's rules were made), frozen at 04:36 / 04:37 UTC and scored at once at
+# 5635098 (30/41, 32/40; 1, 0 catastrophic), the same at e6da8a9
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -103,7 +106,7 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml"), ("blind42", "blind42.yaml"),
         ("blind43", "blind43.yaml"), ("blind44", "blind44.yaml"), ("blind45", "blind45.yaml"),
         ("blind46", "blind46.yaml"), ("blind47", "blind47.yaml"), ("blind48", "blind48.yaml"),
-        ("blind49", "blind49.yaml")]
+        ("blind49", "blind49.yaml"), ("blind50", "blind50.yaml"), ("blind51", "blind51.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
