@@ -90,6 +90,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind50, blind51: gathered blind for the twenty-fifth round (same session, a-m and n-z,
 # while round 24's rules were made), frozen at 04:36 / 04:37 UTC and scored at once at
 # 5635098 (30/41, 32/40; 1, 0 catastrophic), the same at e6da8a9
+# blind52, blind53: gathered blind for the twenty-sixth round (same session, a-m and n-z,
+# after most of round 24's and 25's rules), frozen at 04:52 / 04:58 UTC and scored at once:
+# blind52 at 8311750 (33/42, 0 catastrophic), blind53 at a4faee9 (26/41, 0); the same at
+# e6da8a9
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -106,7 +110,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind40", "blind40.yaml"), ("blind41", "blind41.yaml"), ("blind42", "blind42.yaml"),
         ("blind43", "blind43.yaml"), ("blind44", "blind44.yaml"), ("blind45", "blind45.yaml"),
         ("blind46", "blind46.yaml"), ("blind47", "blind47.yaml"), ("blind48", "blind48.yaml"),
-        ("blind49", "blind49.yaml"), ("blind50", "blind50.yaml"), ("blind51", "blind51.yaml")]
+        ("blind49", "blind49.yaml"), ("blind50", "blind50.yaml"), ("blind51", "blind51.yaml"),
+        ("blind52", "blind52.yaml"), ("blind53", "blind53.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes
 SHORT_SETS = {"blind21": 25, "blind29": 38}
