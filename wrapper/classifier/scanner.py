@@ -26,7 +26,7 @@ from wrapper.classifier.prefilter import make_prefilter
 if TYPE_CHECKING:
     from wrapper.classifier.rules import RuleSet
 
-_KEEP_PER_RULE = 8  # first N and last N hits of each rule
+KEEP_PER_RULE = 8  # first N and last N hits of each rule
 _MAX_TEXT = 1000  # evidence text kept per hit (a window around the match)
 
 
@@ -144,10 +144,10 @@ class LineScanner:
 
     def _store(self, hit: LogHit) -> None:
         first = self._first.setdefault(hit.rule_id, [])
-        if len(first) < _KEEP_PER_RULE:
+        if len(first) < KEEP_PER_RULE:
             first.append(hit)
             return
-        self._last.setdefault(hit.rule_id, deque(maxlen=_KEEP_PER_RULE)).append(hit)
+        self._last.setdefault(hit.rule_id, deque(maxlen=KEEP_PER_RULE)).append(hit)
 
     @property
     def hits(self) -> tuple[LogHit, ...]:
