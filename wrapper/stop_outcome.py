@@ -78,14 +78,14 @@ _STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]
 # YOLOv5 writes f"{epoch}/{epochs - 1}", Ultralytics f"{epoch + 1}/{epochs}": either way
 # the last epoch reads E/E, and its bar at N/N is the training's last step. Read as one
 # count, E * N + n of (E_MAX + 1) * N: equal only there (validation bars have no epoch).
+_YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t][^|\r\n]*?:[ \t]*\d{1,3}%\|"
+                             r"[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 # llama-recipes / llama-cookbook's train_utils.train: a tqdm over one epoch's optimizer
 # steps, described "Training Epoch: E/EPOCHS, step S/BATCHES completed (loss: L)"; the last
 # epoch's bar at N/N is the end of the epoch loop (a max_train_step stop breaks before it).
 # Read as one count, (E - 1) * N + n of EPOCHS * N: equal only there.
 _LLAMA_RECIPES_BAR = re.compile(r"Training Epoch: (\d+)/(\d+), step \d+/\d+ completed \(loss: [^)\r\n]{0,60}\):"
                                 r"[ \t]*\d{1,3}%\|[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
-_YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t][^|\r\n]*?:[ \t]*\d{1,3}%\|"
-                             r"[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 
 
 def _word_char(char: str) -> bool:
