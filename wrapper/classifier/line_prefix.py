@@ -24,7 +24,8 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``05/01/2024 10:00:00 - LEVEL - name - ``, mmengine's ``05/01 10:00:00 - mmengine - LEVEL -
 ``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
-(``service-1  | ``), a wrapper's ``Error: `` before an exception line, the marks a line
+(``service-1  | ``), a wrapper's ``Error: `` before an exception line, torchelastic's
+error handler's JSON dump of a worker's error file (``"message": "``), the marks a line
 picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
 marker, the REPL's ``>>> ``, a diff's ``+``, a bracketed prefix whose ``[`` the copy cut
 off, markdown bold, pdb's ``*** `` error mark), the kubelet's CRI
@@ -64,6 +65,11 @@ _ONE = (
     # a wrapper's "Error: " in front of the exception line it passes on (mim / OpenMMLab's
     # CLI, shell scripts): only when an exception class follows
     r"|Error: (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
+    # torchelastic's error handler, which logs a failed worker's error file as indented
+    # JSON (torch/distributed/elastic/multiprocessing/errors/error_handler.py
+    # dump_error_file: '"message": "TypeError: ..."'), the exception's line escaped into a
+    # string: only when an exception class opens the string
+    r'|"message": "(?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)'
     # a line as it reaches an issue thread or a chat: an inline-code backtick, a markdown
     # quote marker, markdown bold ("**ValueError: ...**"), an interactive prompt (">>> "
     # of the Python REPL), pdb's error mark ("*** ValueError: ..." when a command run in
