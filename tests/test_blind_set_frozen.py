@@ -97,6 +97,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind54, blind55: gathered blind for the twenty-seventh round (same session, a-m and
 # n-z, after the round-26 changes), frozen at 06:16 / 06:25 UTC and scored at once at
 # 9fb3278 and 9ab334f (29/37, 29/40; 0 catastrophic), the same at e6da8a9
+# blind56: gathered blind for the twenty-eighth round (owners a-f, at the session's start),
+# frozen at 08:31 UTC and scored at once at the session's start commit 4c86f66 (22/40, 0
+# catastrophic; 23/40 at 03000fb, the commit of the moment)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -115,7 +118,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind46", "blind46.yaml"), ("blind47", "blind47.yaml"), ("blind48", "blind48.yaml"),
         ("blind49", "blind49.yaml"), ("blind50", "blind50.yaml"), ("blind51", "blind51.yaml"),
         ("blind52", "blind52.yaml"), ("blind53", "blind53.yaml"), ("blind54", "blind54.yaml"),
-        ("blind55", "blind55.yaml")]
+        ("blind55", "blind55.yaml"),
+        ("blind56", "blind56.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes
