@@ -100,6 +100,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind56: gathered blind for the twenty-eighth round (owners a-f, at the session's start),
 # frozen at 08:31 UTC and scored at once at the session's start commit 4c86f66 (22/40, 0
 # catastrophic; 23/40 at 03000fb, the commit of the moment)
+# blind58: gathered blind for the twenty-eighth round (owners n-s, at the session's start),
+# frozen at 08:58 UTC and scored at once at the session's start commit 4c86f66 and at
+# f69018c, the commit of the moment (31/41, 0 catastrophic, both)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -119,7 +122,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind49", "blind49.yaml"), ("blind50", "blind50.yaml"), ("blind51", "blind51.yaml"),
         ("blind52", "blind52.yaml"), ("blind53", "blind53.yaml"), ("blind54", "blind54.yaml"),
         ("blind55", "blind55.yaml"),
-        ("blind56", "blind56.yaml")]
+        ("blind56", "blind56.yaml"),
+        ("blind58", "blind58.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes
