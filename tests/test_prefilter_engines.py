@@ -181,7 +181,7 @@ def test_only_unsafe_patterns_stay_with_re() -> None:
     slow = {p.pattern for p in prefilter.re_patterns}
     # non-ASCII (written or escaped) and Python-only syntax; $, \A, \Z are rewritten instead
     # (the catalogue's own: messages in a translated locale's script)
-    catalogue = {p.pattern for rule in load_rules([]).rules for p in rule.patterns if not p.pattern.isascii()}
+    catalogue = {p.pattern for rule in RULES.rules for p in rule.patterns if not p.pattern.isascii()}
     assert slow == {"(?i:\\u212a-fault)", "(?i:\u212a-sign)", "Fehler: Gerät nicht bereit", "(?a:\\w+Panic)",
                     "(?i:straße voll|SIGSEGV in (?i:worker))"} | catalogue, slow
 
