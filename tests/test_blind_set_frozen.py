@@ -103,6 +103,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # blind58: gathered blind for the twenty-eighth round (owners n-s, at the session's start),
 # frozen at 08:58 UTC and scored at once at the session's start commit 4c86f66 and at
 # f69018c, the commit of the moment (31/41, 0 catastrophic, both)
+# blind57: gathered blind for the twenty-eighth round (owners g-m; its helper's search budget
+# ran out at 30 entries), frozen at 10:08 UTC and scored at once at 876c07a (21/30, 0
+# catastrophic), a commit holding no rule written after seeing it
+# blind59: gathered blind for the twenty-eighth round (owners t-z), frozen at 09:48 UTC and
+# scored at once at the session's start commit 4c86f66 and at 876c07a (31/44, 0
+# catastrophic, both)
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
@@ -123,11 +129,14 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind52", "blind52.yaml"), ("blind53", "blind53.yaml"), ("blind54", "blind54.yaml"),
         ("blind55", "blind55.yaml"),
         ("blind56", "blind56.yaml"),
-        ("blind58", "blind58.yaml")]
+        ("blind58", "blind58.yaml"),
+        ("blind57", "blind57.yaml"),
+        ("blind59", "blind59.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
-# blind54 what its helper found in 73 minutes
-SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37}
+# blind54 what its helper found in 73 minutes, blind57 what its helper found before its
+# search budget ran out
+SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
