@@ -46,6 +46,27 @@ def test_docs_map_every_table_and_every_table_rule() -> None:
     assert missing == []
 
 
+def test_docs_list_the_xid_classes_as_the_table_holds_them() -> None:
+    """docs/rules.md's row for the Xid table names, per class, exactly the table's Xids
+    (it once kept a class list from before the rows were checked against the catalog)."""
+    row = next(line for line in DOCS.read_text(encoding="utf-8").splitlines()
+               if line.startswith("| NVIDIA Xid catalog (`xid`)"))
+    table = next(t for t in RULES.tables if t.name == "xid")
+
+    def numbers(text: str) -> set[int]:
+        out: set[int] = set()
+        for low, high in re.findall(r"\b(\d+)(?:-(\d+))?\b", re.sub(r"\([^)]*\)", "", text)):
+            out.update(range(int(low), int(high or low) + 1))
+        return out
+
+    listed = {name: numbers(body) for name, body in re.findall(r"\(`([\w-]+)`(?:, `[\w-]+`)?: (.*?)\) ->", row)}
+    listed["drain"] = set()  # reset-gpu and drain share one list: both reschedule
+    want = {klass: {int(r.key) for r in table.rows if r.klass == klass} for klass in table.classes()}
+    assert listed["reset-gpu"] == want["reset-gpu"] | want["drain"]
+    assert listed["app"] == want["app"]
+    assert listed["info"] == want["info"]
+
+
 @pytest.mark.parametrize(("line", "rule", "decision"), [
     # NVLink Xids, in the driver's own format, and as the cause a later Xid 45 names
     ("kernel: NVRM: Xid (PCI:0000:dc:00): 149, pid=1, name=python3, NETIR_LINK_EVT Fatal error", "gpu-hardware-fault", "reschedule"),
