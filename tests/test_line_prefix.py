@@ -50,6 +50,8 @@ PREFIXES = [
     "+E0501 10:00:00.123456  1234 trainer.cc:12] ",       # ... of a glog line
     "*** ",                                               # pdb: a command that raised
     "**",                                                 # markdown bold
+    "[MusubiTuner WanLoRATrainer] TRAINER: ",             # a GUI's tag for its child's stream
+    "STDERR: ",                                           # a wrapper's stream tag
 ]
 
 
@@ -78,6 +80,7 @@ def test_each_prefix_is_removed(prefix: str) -> None:
     "- KeyError: 'lr' was raised",                         # a dash alone is no prefix
     "+ python train.py --lr 0.1",                          # a shell's xtrace, not a diff
     "** ",                                                 # a bare bold mark, nothing after
+    "NOTE: ValueError handling changed in 2.1",            # a tag before prose, no class line
 ])
 def test_a_line_without_prefix_is_left_whole(line: str) -> None:
     assert without_prefix(line) is None

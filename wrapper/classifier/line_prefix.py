@@ -24,7 +24,8 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``05/01/2024 10:00:00 - LEVEL - name - ``, mmengine's ``05/01 10:00:00 - mmengine - LEVEL -
 ``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
-(``service-1  | ``), a wrapper's ``Error: `` before an exception line, torchelastic's
+(``service-1  | ``), a wrapper's ``Error: `` or upper-case tag (``TRAINER: ``) before an
+exception line, torchelastic's
 error handler's JSON dump of a worker's error file (``"message": "``), the marks a line
 picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
 marker, the REPL's ``>>> ``, a diff's ``+``, a bracketed prefix whose ``[`` the copy cut
@@ -63,8 +64,10 @@ _ONE = (
     # (a host name with a digit, so "ValueError: " or "ERROR: " is never taken for one)
     r"|(?=[\w.-]{0,62}\d)[a-z0-9][a-z0-9.-]{0,62}: "
     # a wrapper's "Error: " in front of the exception line it passes on (mim / OpenMMLab's
-    # CLI, shell scripts): only when an exception class follows
-    r"|Error: (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\b)"
+    # CLI, shell scripts), or its own upper-case tag for the child's stream (a GUI's
+    # "TRAINER: ", "STDERR: "): only when an exception line follows (its class, then a
+    # colon or the line's end)
+    r"|(?:Error|[A-Z][A-Z0-9_]{2,19}): (?=(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\s*$))"
     # torchelastic's error handler, which logs a failed worker's error file as indented
     # JSON (torch/distributed/elastic/multiprocessing/errors/error_handler.py
     # dump_error_file: '"message": "TypeError: ..."'), the exception's line escaped into a
