@@ -25,8 +25,8 @@ formats (``LEVEL:name:``, ``asctime - name - LEVEL - ``, the Hugging Face exampl
 ``, Hydra's ``[asctime][name][LEVEL] - ``), loguru (``asctime | LEVEL | mod:func:line -
 ``), ``kubectl logs --prefix`` (``[pod/name/container] ``), ``docker compose logs``
 (``service-1  | ``), a wrapper's ``Error: `` or upper-case tag (``TRAINER: ``) before an
-exception line, torchelastic's
-error handler's JSON dump of a worker's error file (``"message": "``), the marks a line
+exception line, torchelastic's error handler's JSON dump of a worker's error file
+(``"message": "``), the marks a line
 picks up when it is pasted into an issue thread (an inline-code backtick, a ``> `` quote
 marker, the REPL's ``>>> ``, a diff's ``+``, a bracketed prefix whose ``[`` the copy cut
 off, markdown bold, pdb's ``*** `` error mark), the kubelet's CRI
