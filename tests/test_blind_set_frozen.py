@@ -122,9 +122,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # ranks after a rank's exit-time warning, read as complete), 21/31, 27/31, 32/45
 # blind68, blind69: gathered blind for the thirty-first round (owners a-f and g-m, started
 # after most of the session's rules; both short: the session's shared search budget ran
-# out under the helpers, and the n-s helper gathered nothing), frozen at 11:33 and 11:35 UTC
-# and scored at once at the session's start commit 2253638 and at 7d961eb, the commit of
-# the moment: 20/31 and 27/38 (0 catastrophic), the same both times
+# out under the helpers; the n-s and t-z helpers gathered nothing), frozen at 11:33 and
+# 11:35 UTC and scored at once at the session's start commit 2253638 and at 7d961eb, the
+# commit of the moment: 20/31 and 27/38 (0 catastrophic), the same both times
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
