@@ -183,6 +183,24 @@ def test_llama_recipes_epoch_bar_ends_only_at_the_last_epoch() -> None:
     assert reached_last_step(tracker.iteration, tracker.total_steps)
 
 
+def test_the_gaussian_splatting_bar_is_the_whole_run_other_training_progress_bars_are_not() -> None:
+    """3DGS draws one bar over every iteration (postfix Loss=<7 decimals>): N/N is its end.
+    A script's "Training Progress" bar over one epoch's batches names no end."""
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    tracker.feed("Training progress:  60%|######    | 18000/30000 [07:14<04:50, 41.3it/s, Loss=0.0795816]\n")
+    assert (tracker.iteration, tracker.total_steps) == (18000, 30000)
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("Training progress: 100%|##########| 30000/30000 [12:22<00:00, 40.39it/s, "
+                 "Loss=0.0625064, Depth Loss=0.0000000]\n")
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
+    other = StepTracker()
+    other.feed("Training Progress: 100%|##########| 391/391 [01:55<00:00,  3.38it/s, loss=0.592]\n"
+               "Training progress: 100%|##########| 391/391 [01:55<00:00,  3.38it/s, loss=0.592]\n")
+    assert (other.iteration, other.total_steps) == (None, None)
+
+
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:
     """benchmarks/classify_accuracy.py on a two-log set: a hub 504 labelled retry (right)
     and the same log labelled abort (resched retries it: a wrong, not catastrophic,

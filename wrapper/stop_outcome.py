@@ -87,6 +87,15 @@ _YOLO_EPOCH_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+)[ \t]+\d[\d.]*G[ \t]
 _LLAMA_RECIPES_BAR = re.compile(r"Training Epoch: (\d+)/(\d+), step \d+/\d+ completed \(loss: [^)\r\n]{0,60}\):"
                                 r"[ \t]*\d{1,3}%\|[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 
+# 3D Gaussian Splatting's train.py (graphdeco-inria/gaussian-splatting and the many
+# methods forked from it): ONE tqdm over the whole run, tqdm(range(first_iter,
+# opt.iterations), desc="Training progress"), advanced by 10 every 10 iterations, its
+# postfix the smoothed loss (set_postfix({"Loss": f"{ema:.7f}"}), newer versions add
+# "Depth Loss"): N/TOTAL at the last iteration only. Scripts that draw a bar of the same
+# description over one epoch's batches ("Training Progress", other postfixes) are not read.
+_3DGS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*Training progress: *\d{1,3}%\|?[^|\r\n]*\|[ \t]*(\d+)/(\d+) "
+                       r"\[[^\]\r\n]*, Loss=\d+\.\d{7}\b")
+
 
 def _word_char(char: str) -> bool:
     return char.isalnum() or char == "_"  # re's \w for str patterns
@@ -131,7 +140,8 @@ class StepTracker:
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
         # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
         # N/TOTAL; acc:``; Keras fit's last epoch bar; YOLOv5's / Ultralytics' epoch bar;
-        # llama-recipes' "Training Epoch: E/EPOCHS" bar): the
+        # llama-recipes' "Training Epoch: E/EPOCHS" bar; 3D Gaussian Splatting's "Training
+        # progress" bar): the
         # last N and its TOTAL,
         # kept apart from other step counts ("STEP 4945.0" of a Slurm line is no
         # iteration): N = TOTAL is evidence that the training finished.
@@ -164,6 +174,9 @@ class StepTracker:
                     self._read((epoch - 1) * steps + step, epochs * steps)
         if "teps:" in text:
             for match in _STEPS_BAR.finditer(text):
+                self._read(int(match.group(1)), int(match.group(2)))
+        if "Training progress:" in text:
+            for match in _3DGS_BAR.finditer(text):
                 self._read(int(match.group(1)), int(match.group(2)))
         if "iter: " in text and "eta: " in text:
             for match in _ETA_ITER.finditer(text):
