@@ -125,6 +125,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # out under the helpers; the n-s and t-z helpers gathered nothing), frozen at 11:33 and
 # 11:35 UTC and scored at once at the session's start commit 2253638 and at 7d961eb, the
 # commit of the moment: 20/31 and 27/38 (0 catastrophic), the same both times
+# blind72, blind73, blind74: gathered blind for the thirty-second round (GitHub owners a-m and
+# n-z, and forum / Q&A pages outside GitHub; started at the session's start, three helpers of
+# 100 look-ups each; blind73 and blind74 short: most threads found were already in the avoid
+# list), frozen at 12:49, 12:48 and 12:44 UTC and scored at once at the session's start commit
+# 184e4fa and at e5ae4db, the commit of the moment: 30/40, 27/31 and 18/22 (0 catastrophic),
+# the same both times
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -148,13 +154,16 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind58", "blind58.yaml"), ("blind59", "blind59.yaml"), ("blind60", "blind60.yaml"),
         ("blind61", "blind61.yaml"), ("blind62", "blind62.yaml"), ("blind63", "blind63.yaml"),
         ("blind64", "blind64.yaml"), ("blind65", "blind65.yaml"), ("blind66", "blind66.yaml"),
-        ("blind67", "blind67.yaml"), ("blind68", "blind68.yaml"), ("blind69", "blind69.yaml")]
+        ("blind67", "blind67.yaml"), ("blind68", "blind68.yaml"), ("blind69", "blind69.yaml"),
+        ("blind72", "blind72.yaml"), ("blind73", "blind73.yaml"), ("blind74", "blind74.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
-# blind68 and blind69 what their helpers found before their search budgets ran out
+# blind68 and blind69 what their helpers found before their search budgets ran out, and
+# blind73 and blind74 what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
-              "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38}
+              "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
+              "blind73": 31, "blind74": 22}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
