@@ -73,6 +73,8 @@ def test_docs_list_the_xid_classes_as_the_table_holds_them() -> None:
     ("NVRM: Xid (PCI:0000:ba:00): 45, pid=1, name=python3, Ch 00000002 caused by previous Xid 145", "gpu-hardware-fault", "reschedule"),
     ("NVRM: Xid (0000:01:00): 144, NVLINK: SAW error", "gpu-hardware-fault", "reschedule"),
     ("NVRM: Xid (PCI:0000:3b:00): 31, pid=7, Ch 00000008, intr 10000000. MMU Fault", "cuda-illegal-memory-access", "retry"),
+    # a page retired / a row marked for remapping: in effect only after a reset (the taxonomy's 63)
+    ("NVRM: Xid (PCI:0000:65:00): 63, pid='N/A', Row Remapper: New row marked for remapping, reset gpu to activate.", "gpu-hardware-fault", "reschedule"),
     ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "gpu-hardware-fault", "reschedule"),
     # the Kubernetes device plugin's health check takes a GPU out of service (both wordings);
     # "XidCriticalError:" is no Python exception class
