@@ -131,6 +131,11 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # list), frozen at 12:49, 12:48 and 12:44 UTC and scored at once at the session's start commit
 # 184e4fa and at e5ae4db, the commit of the moment: 30/40, 27/31 and 18/22 (0 catastrophic),
 # the same both times
+# blind77: gathered blind for the thirty-third round (forum / Q&A pages and vendor
+# troubleshooting guides outside GitHub, started after the round-32 rules), frozen at 13:24
+# UTC and scored at once at 184e4fa and at 6da9e48, the commit of the moment: 27/45 (0
+# catastrophic), the same both times
+
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -155,7 +160,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind61", "blind61.yaml"), ("blind62", "blind62.yaml"), ("blind63", "blind63.yaml"),
         ("blind64", "blind64.yaml"), ("blind65", "blind65.yaml"), ("blind66", "blind66.yaml"),
         ("blind67", "blind67.yaml"), ("blind68", "blind68.yaml"), ("blind69", "blind69.yaml"),
-        ("blind72", "blind72.yaml"), ("blind73", "blind73.yaml"), ("blind74", "blind74.yaml")]
+        ("blind72", "blind72.yaml"), ("blind73", "blind73.yaml"), ("blind74", "blind74.yaml"),
+        ("blind77", "blind77.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -185,4 +191,5 @@ def test_every_entry_has_a_log_a_label_and_a_public_source(folder: str, index: s
     for entry in entries:
         assert (root / "logs" / f"{entry['id']}.log").is_file()
         assert entry["label"] in {"retry", "reschedule", "abort", "complete"}
-        assert entry["url"].startswith("https://"), entry["id"]
+        # a URL (a page outside GitHub may be served over plain http only)
+        assert entry["url"].startswith(("https://", "http://")), entry["id"]
