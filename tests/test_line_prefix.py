@@ -30,6 +30,7 @@ PREFIXES = [
     "[pod/train-0/pytorch] ",                             # kubectl logs --prefix
     "2024-05-01 10:00:00,123 - root - ERROR - ",          # logging format asctime - name - level
     "ERROR:__main__:",                                    # logging.basicConfig default
+    "ERROR:exp-run_01:",                                  # ... a logger named for a run, with a hyphen
     "2024-05-01T10:00:00.123456789Z ",                    # kubectl --timestamps
     "E0501 10:00:00.123456  1234 trainer.cc:12] ",        # glog
     "2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] [09c561ee-a44c] ",  # two brackets

@@ -102,7 +102,7 @@ _ONE = (
     r"|[IWEF]\d{4} \d{2}:\d{2}:\d{2}\.\d{1,9} +\d+ [\w./-]{1,120}:\d+\]"
     # Python logging: "ERROR:torch.distributed:" (basicConfig's default), "ERROR - ",
     # "- name - ERROR - "
-    rf"|{_LEVEL}:[\w.]{{0,120}}:"
+    rf"|{_LEVEL}:[\w.-]{{0,120}}:"
     rf"|(?:- )?(?:[\w.]{{1,120}} - )?{_LEVEL}(?: -|:|\b)(?: [\w.]{{1,120}} -(?= ))?"
     r")"
 )
