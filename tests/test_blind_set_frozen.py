@@ -131,10 +131,15 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # list), frozen at 12:49, 12:48 and 12:44 UTC and scored at once at the session's start commit
 # 184e4fa and at e5ae4db, the commit of the moment: 30/40, 27/31 and 18/22 (0 catastrophic),
 # the same both times
-# blind77: gathered blind for the thirty-third round (forum / Q&A pages and vendor
-# troubleshooting guides outside GitHub, started after the round-32 rules), frozen at 13:24
-# UTC and scored at once at 184e4fa and at 6da9e48, the commit of the moment: 27/45 (0
-# catastrophic), the same both times
+# blind75, blind76, blind77: gathered blind for the thirty-third round (GitHub owners a-m
+# and n-z, and forum / Q&A pages and vendor troubleshooting guides outside GitHub; started
+# after the round-32 rules, 100 look-ups each; blind75 short: its helper spent them at 37
+# entries), finished at 13:39, 13:40 and 13:24 UTC, frozen and scored at once at 184e4fa
+# and at the commit of the moment (80b79a9; 6da9e48 for blind77): 30/37 (1 catastrophic:
+# a step's log dict with a running train_runtime read as the HF Trainer's end), 25/40 and
+# 27/45 (0), the same both times
+
+
 
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
@@ -161,15 +166,15 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind64", "blind64.yaml"), ("blind65", "blind65.yaml"), ("blind66", "blind66.yaml"),
         ("blind67", "blind67.yaml"), ("blind68", "blind68.yaml"), ("blind69", "blind69.yaml"),
         ("blind72", "blind72.yaml"), ("blind73", "blind73.yaml"), ("blind74", "blind74.yaml"),
-        ("blind77", "blind77.yaml")]
+        ("blind75", "blind75.yaml"), ("blind76", "blind76.yaml"), ("blind77", "blind77.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
 # blind68 and blind69 what their helpers found before their search budgets ran out, and
-# blind73 and blind74 what theirs found that no earlier set held
+# blind73, blind74 and blind75 what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
-              "blind73": 31, "blind74": 22}
+              "blind73": 31, "blind74": 22, "blind75": 37}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
