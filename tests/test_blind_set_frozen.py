@@ -146,12 +146,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # start and 24/40 at 80cc0f8 (1 catastrophic: CUDA's "invalid argument" labelled retry,
 # aborted as a usage error) and 13/16 (0)
 
-
-
-
-
-
-
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
         ("blind7", "blind7.yaml"), ("blind8", "blind8.yaml"), ("blind9", "blind9.yaml"),
