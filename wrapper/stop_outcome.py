@@ -95,6 +95,9 @@ _LLAMA_RECIPES_BAR = re.compile(r"Training Epoch: (\d+)/(\d+), step \d+/\d+ comp
 # description over one epoch's batches ("Training Progress", other postfixes) are not read.
 _3DGS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*Training progress: *\d{1,3}%\|?[^|\r\n]*\|[ \t]*(\d+)/(\d+) "
                        r"\[[^\]\r\n]*, Loss=\d+\.\d{7}\b")
+# The bars drawn over a whole run, each with the text a line must hold to be worth the
+# regex (a cheap `in` test first): its N/TOTAL is read as a progress display's reading.
+_WHOLE_RUN_BARS = (("teps:", _STEPS_BAR), ("Training progress:", _3DGS_BAR))
 
 
 def _word_char(char: str) -> bool:
@@ -172,12 +175,10 @@ class StepTracker:
                 epoch, epochs, step, steps = (int(g) for g in match.groups())
                 if 0 < epoch <= epochs and 0 < step <= steps:
                     self._read((epoch - 1) * steps + step, epochs * steps)
-        if "teps:" in text:
-            for match in _STEPS_BAR.finditer(text):
-                self._read(int(match.group(1)), int(match.group(2)))
-        if "Training progress:" in text:
-            for match in _3DGS_BAR.finditer(text):
-                self._read(int(match.group(1)), int(match.group(2)))
+        for marker, bar in _WHOLE_RUN_BARS:
+            if marker in text:
+                for match in bar.finditer(text):
+                    self._read(int(match.group(1)), int(match.group(2)))
         if "iter: " in text and "eta: " in text:
             for match in _ETA_ITER.finditer(text):
                 step = int(match.group(2)) + 1  # 0-based iteration -> steps done
