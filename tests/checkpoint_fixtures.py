@@ -33,6 +33,7 @@ class S3Server:
     bucket: str
     pid: int
     ports: tuple[int, ...] = ()
+    log: Path | None = None  # the server's own log (attached to the report of a failed test)
 
     @property
     def storage_options(self) -> dict:
@@ -77,6 +78,9 @@ def weed_command(binary: str, data_dir: Path, ports: list[int], bucket: str) -> 
         f"-filer.port.grpc={grpc[3]}", f"-admin.port.grpc={grpc[4]}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", f"-bucket={bucket}",
         f"-s3.localSocket={data_dir}/s3.sock", f"-filer.localSocket={data_dir}/filer.sock",
+        # Sized by the flags, not by the host: mini derives both from the free disk space
+        # it sees at start, so the same suite would get another server on another machine.
+        "-master.volumeSizeLimitMB=64", "-volume.max=16",
     ]
 
 
@@ -95,7 +99,8 @@ def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
     process = subprocess.Popen(weed_command(binary, data_dir, ports, bucket), cwd=workdir,
                                env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=True)
-    server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid, tuple(ports))
+    server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid, tuple(ports),
+                      workdir / "weed.log")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -109,14 +114,43 @@ def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
 
 
 def _bucket_ready(server: S3Server) -> bool:
+    """The bucket lists AND takes a conditional create: the checkpoint store's lease and
+    pointer are conditional writes, which SeaweedFS serves through its filer's lock ring,
+    a part of the server that may come up after the bucket answers a listing."""
     import s3fs
+    from botocore.exceptions import BotoCoreError
 
+    config = {"connect_timeout": 5, "read_timeout": 10, "retries": {"total_max_attempts": 1}}
+    probe = f"{server.bucket}/.ready-{os.getpid()}-{time.monotonic_ns()}"
     try:
-        fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs=config,
+                               **server.storage_options)
+        fs.retries = 1
         fs.ls(server.bucket)
+        fs.pipe_file(probe, b"", IfNoneMatch="*")
+        fs.rm(probe)
         return True
-    except (OSError, ValueError):  # not up yet: connection refused, bucket not created yet
+    # not up yet: connection refused (botocore's own error: no s3fs retry loop around it
+    # here), bucket not created yet, the lock ring not formed yet
+    except (OSError, ValueError, BotoCoreError):
         return False
+
+
+def log_tail(server: S3Server, lines: int = 60) -> str:
+    """The server's last log lines (without the maintenance worker's reconnect chatter:
+    mini starts a worker for an admin server these tests turn off) and its topology."""
+    import urllib.request
+
+    text = server.log.read_text(errors="replace") if server.log and server.log.exists() else ""
+    noise = ("worker stream", "Reconnection attempt", "admin server", "INITIAL CONNECTION")
+    kept = [line for line in text.splitlines() if not any(n in line for n in noise)]
+    try:
+        master = f"http://127.0.0.1:{server.ports[1]}/dir/status"
+        with urllib.request.urlopen(master, timeout=3) as answer:
+            topology = answer.read(4000).decode(errors="replace")
+    except (OSError, IndexError) as error:
+        topology = f"(master status unavailable: {error})"
+    return "\n".join(kept[-lines:] + ["", f"master /dir/status: {topology}"])
 
 
 def stop_weed(process: subprocess.Popen, server: S3Server | None = None) -> None:

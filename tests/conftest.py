@@ -1,4 +1,5 @@
-"""Suite-wide ordering: each pytest-xdist worker starts with its share of the long tests.
+"""Suite-wide ordering: each pytest-xdist worker starts with its share of the long tests;
+and a failed test that used the S3 server reports that server's log.
 
 ``--dist worksteal`` hands every worker a contiguous slice of the collection and lets an
 idle worker steal the *last* half of the longest queue. A long end-to-end test near the
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Generator
 
 import pytest
 
@@ -105,3 +107,16 @@ def balanced_order(nodeids: list[str], workers: int) -> list[int]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     order = balanced_order([item.nodeid for item in items], _workers(config))
     items[:] = [items[i] for i in order]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, None, None]:
+    # A store error from the server ("We encountered an internal error") says nothing of
+    # why; the server's own log does, and it is gone with the session's temporary folder.
+    outcome = yield
+    report = outcome.get_result()
+    server = getattr(item, "funcargs", {}).get("s3_server")
+    if report.failed and server is not None and hasattr(server, "log"):
+        from checkpoint_fixtures import log_tail
+
+        report.sections.append(("S3 server (weed mini) log, last lines", log_tail(server)))
