@@ -427,8 +427,10 @@ def install_stop_handler() -> threading.Event:
     requested = threading.Event()
 
     def on_term(signum: int, _frame: object) -> None:
-        print(f"{PREFIX} received signal {signum}; stopping after this step",
-              file=sys.stderr, flush=True)
+        # os.write, not print: the handler runs between two bytecodes of the main thread,
+        # which may be inside a print to the same stream; a second print then raises
+        # "RuntimeError: reentrant call" out of the handler and the training dies
+        os.write(2, f"{PREFIX} received signal {signum}; stopping after this step\n".encode())
         requested.set()
 
     signal.signal(signal.SIGTERM, on_term)

@@ -34,7 +34,9 @@ TERM_ONLY_TRAIN = textwrap.dedent(
     def save_and_stop(signum, frame):
         (ck / "state.txt").write_text(str(step))
         mark_complete(ck, step)
-        print(f"tiny-train: saved step {step} on {signal.Signals(signum).name}", flush=True)
+        # os.write: a print here raises "reentrant call" when the signal lands inside the
+        # loop's own print to stdout
+        os.write(1, f"tiny-train: saved step {step} on {signal.Signals(signum).name}\\n".encode())
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, save_and_stop)

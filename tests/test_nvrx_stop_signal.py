@@ -22,13 +22,15 @@ pytestmark = pytest.mark.e2e
 # A training loop that saves (the checkpoint marker, written last) only on SIG<NAME>;
 # any other signal kills it with the default action, as in the issue's reproduction.
 TRAINING = '''
-import signal, sys, time
+import os, signal, sys, time
 from wrapper.checkpoint.marker import mark_complete
 ckpt, ready, name = sys.argv[1], sys.argv[2], sys.argv[3]
 step = 0
 def save_and_exit(signum, frame):
     mark_complete(ckpt, step)
-    print(f"saved step {step} on {signal.Signals(signum).name}", flush=True)
+    # os.write: the loop may be inside its own print to stdout when the signal lands, and
+    # a print here would then raise "reentrant call" (exit 1 after the save)
+    os.write(1, f"saved step {step} on {signal.Signals(signum).name}\\n".encode())
     sys.exit(0)
 if name != "none":
     signal.signal(getattr(signal, "SIG" + name), save_and_exit)
