@@ -17,23 +17,31 @@ from wrapper.classifier.scanner import LogHit
 
 _MAX_BLOCK_LINES = 200  # a traceback longer than this is cut off: the block ends there
 _TRACEBACK = "Traceback (most recent call last):"
+_OPEN_WITHIN = 3  # lines after its header within which a cut block's traceback opens
 
 
 def inside_blocks(hits: Sequence[LogHit], header_ids: Collection[str]) -> set[int]:
     """The ``id()`` of every hit inside a block opened by a hit of ``header_ids``: from the
     header to the exception line that closes its traceback (the first hit after it that is
-    one), on the same stream. The headers themselves are not included."""
+    one; the N-th for a header line that N threads wrote at once), on the same stream. The
+    headers themselves are not included."""
     inside: set[int] = set()
     for start in (hit for hit in hits if hit.rule_id in header_ids):
         later = sorted((h for h in hits if h.stream == start.stream and h.seq > start.seq
                         and start.lineno < h.lineno <= start.lineno + _MAX_BLOCK_LINES
                         and h.rule_id not in header_ids), key=lambda h: h.seq)
-        closing = next((h for h in later if search(EXCEPTION_LINE, h.text)), None)
+        # threads that died at once may write their headers onto one line: each closes
+        # its own traceback, so the block ends at as many exception lines
+        closers = [h for h in later if search(EXCEPTION_LINE, h.text)]
+        reports = max(1, start.text.count("Exception in thread"))
+        closing = closers[min(reports, len(closers)) - 1] if closers else None
         # without its exception line (the log was cut inside the traceback) the block is
-        # still the traceback that opens on the next line, whose header alone is known
-        end = (closing.lineno if closing is not None
-               else start.lineno + 1 if any(h.lineno == start.lineno + 1 and _TRACEBACK in h.text
-                                            for h in later)
-               else start.lineno)
+        # still the traceback that opens right after the header, whose header alone is
+        # known: on the next line, or a line or two further when threads that died at
+        # once wrote their reports into each other ("Exception in thread Exception in
+        # thread B:", then A's ":", then both "Traceback" lines)
+        opened = [h.lineno for h in later
+                  if start.lineno < h.lineno <= start.lineno + _OPEN_WITHIN and _TRACEBACK in h.text]
+        end = closing.lineno if closing is not None else max(opened, default=start.lineno)
         inside.update(id(h) for h in later if h.lineno <= end)
     return inside
