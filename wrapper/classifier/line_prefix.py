@@ -114,7 +114,11 @@ _ANCHORED = re.compile(r"^(?:\(\?[aiLmsux]+\))*\^")
 # A line the program logged at warning / info level (it went on after it): glog's W/I,
 # a WARNING / INFO level word, a Python warning ("UserWarning: ..."), at the start of
 # the message or in the prefix in front of it.
-_WARNING_START = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?:\[?[WI]\d{4} |\[?(?:WARNING|INFO)\b|(?:\w+)?Warning: )")
+# (also torch 2.1's own logging format, "[time] torch._dynamo.convert_frame: [WARNING] msg":
+# the logger's name, then the level in brackets; dynamo logs a compile failure it recovered
+# from by falling back to eager that way)
+_WARNING_START = re.compile(r"^(?:\[[^\]]*\]:?\s*)*(?:\[?[WI]\d{4} |\[?(?:WARNING|INFO)\b|(?:\w+)?Warning: "
+                            r"|[A-Za-z_][\w.]*: \[(?:WARNING|INFO|DEBUG)\] )")
 _WARNING_IN_PREFIX = re.compile(r"(?:^|[\s\[(|:-])(?:WARNING|WARN|INFO|DEBUG)\b|(?:^|[\s\[])[WI]\d{4} ")
 
 
