@@ -179,7 +179,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # (1 catastrophic: Isaac Sim unable to create a CUDA context, labelled reschedule, aborted
 # as an OOM) and 21/33 (0), the same both times
 # blind95, blind96, blind98: gathered blind in the same round by helpers that started late
-# (their deadline moved from 01:35 to 02:10 UTC before they began): log files committed
+# (their briefs' deadline moved from 01:35 to 02:10 UTC at 01:26; blind95's helper had
+# already read 01:35): log files committed
 # to repositories (blind95: 8, six of them LSF job reports of one cluster), GitHub threads
 # opened in 2025-2026 in the established projects (blind96: 11, its 80 look-ups spent) and
 # pages outside GitHub (blind98: 5), finished at 01:29, 01:43 and 01:33 UTC, frozen and
