@@ -187,6 +187,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # scored at once at f6403d5 and at the commit of the moment (1ac5e22, f3b526d): 4/8 (1
 # catastrophic: LSF's run limit after a dynamo compile warning, labelled retry, aborted as
 # a program error), 8/11 and 3/5 (0), the same both times
+# blind100-blind104: gathered blind for the thirty-ninth round (80 look-ups each, at most
+# 60 minutes from the first look-up): GitHub threads of LLM fine-tuning and RLHF projects
+# (blind100: 41 entries, 18 labels on the thread's prose), log files committed to research
+# repositories (blind101: 24, its 80 look-ups spent), threads of Chinese-language and
+# Asia-based training projects (blind102: 33), of scientific and non-text models (graphs,
+# chemistry, climate, medical imaging, 3D; blind103: 38) and of JAX / TPU / TensorFlow /
+# Keras and other non-PyTorch stacks (blind104: 43), finished between 03:17 and 03:22 UTC,
+# frozen and scored at once at the session's start commit c484374 (no commit had been made
+# yet): 27/41, 16/24, 26/33, 23/38 (1 catastrophic: DGL-KE's glog check after a socket
+# recv error, labelled retry, aborted as a program invariant) and 25/43 (0)
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -218,20 +228,22 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind84", "blind84.yaml"), ("blind86", "blind86.yaml"), ("blind87", "blind87.yaml"),
         ("blind90", "blind90.yaml"), ("blind93", "blind93.yaml"), ("blind97", "blind97.yaml"),
         ("blind99", "blind99.yaml"), ("blind95", "blind95.yaml"), ("blind96", "blind96.yaml"),
-        ("blind98", "blind98.yaml")]
+        ("blind98", "blind98.yaml"), ("blind100", "blind100.yaml"),
+        ("blind101", "blind101.yaml"), ("blind102", "blind102.yaml"),
+        ("blind103", "blind103.yaml"), ("blind104", "blind104.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
 # blind68 and blind69 what their helpers found before their search budgets ran out, and
 # blind73, blind74, blind75, blind80, blind81, blind82, blind83, blind84, blind86, blind87,
-# blind90, blind93, blind95, blind96, blind98 and blind99 what theirs found that no
-# earlier set held
+# blind90, blind93, blind95, blind96, blind98, blind99, blind101, blind102 and blind103
+# what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
               "blind82": 5, "blind83": 4, "blind84": 21, "blind86": 22, "blind87": 2,
               "blind90": 31, "blind93": 24, "blind95": 8, "blind96": 11, "blind98": 5,
-              "blind99": 33}
+              "blind99": 33, "blind101": 24, "blind102": 33, "blind103": 38}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
