@@ -67,6 +67,24 @@ def test_mmengines_iteration_loop_names_its_end_its_epoch_loop_does_not() -> Non
     assert reached_last_step(tracker.iteration, tracker.total_steps)
 
 
+def test_mmengines_save_at_the_last_iteration_names_the_end_its_log_lines_did_not() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    # the train log's lines come every `interval` iterations; the CheckpointHook's save after
+    # the last one may be the only line that names it (xtuner's Gemma run, blind112)
+    tracker = StepTracker()
+    tracker.feed("05/01 10:00:00 - mmengine - INFO - Iter(train) [6540/6543]  lr: 2.0e-07  eta: 0:00:04\n")
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("05/01 10:00:05 - mmengine - INFO - Saving checkpoint at 6000 iterations\n")
+    assert (tracker.iteration, tracker.total_steps) == (6540, 6543)  # an earlier save moves nothing
+    tracker.feed("05/01 10:00:09 - mmengine - INFO - Saving checkpoint at 6543 iterations\n")
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
+    # ... and a save says nothing where no loop named its total
+    alone = StepTracker()
+    alone.feed("05/01 10:00:09 - mmengine - INFO - Saving checkpoint at 6543 iterations\n")
+    assert (alone.iteration, alone.total_steps) == (None, None)
+
+
 def test_mmcv_and_yolox_iteration_lines_name_their_end() -> None:
     from wrapper.stop_outcome import StepTracker
 

@@ -36,6 +36,10 @@ _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 # "Iter(train) [  N/MAX]" with MAX = the loop's max_iters (mmengine/runner/log_processor.py);
 # its epoch form "Epoch(train) [e][i/len]" counts an epoch's batches and is not read here
 _MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
+# mmengine's CheckpointHook on an IterBasedTrainLoop saves after iteration N ("Saving
+# checkpoint at N iterations"), the last one's too: the train log's lines come every
+# `interval` iterations, so the save may be the only line that names the last one
+_MMENGINE_SAVE = re.compile(r"\bSaving checkpoint at (\d+) iterations\b")
 # mmcv 1.x's TextLoggerHook (MMSegmentation 0.x, MMDetection 2.x with an IterBasedRunner):
 # "Iter [N/MAX]\tlr: ..." in train mode, MAX = runner.max_iters (its validation lines say
 # "Iter(val) [N]"); the by-epoch form "Epoch [e][i/len]" counts one epoch and is not read
@@ -143,6 +147,7 @@ class StepTracker:
         # YOLOX's ``epoch: E/ME, iter: I/MI``; the diffusers scripts' ``Steps:`` bar;
         # detectron2's ``eta: 0:00:00  iter: N`` at its last iteration; OpenNMT-py's ``Step
         # N/TOTAL; acc:``; Keras fit's last epoch bar; YOLOv5's / Ultralytics' epoch bar;
+        # mmengine's save after the last iteration, once its ``Iter(train)`` named the total;
         # llama-recipes' "Training Epoch: E/EPOCHS" bar; 3D Gaussian Splatting's "Training
         # progress" bar): the
         # last N and its TOTAL,
@@ -200,6 +205,10 @@ class StepTracker:
         if "Iter(train) [" in text:
             for match in _MMENGINE_ITER.finditer(text):
                 self._reached(int(match.group(1)), int(match.group(2)))
+        if "Saving checkpoint at " in text and self.total_steps is not None:
+            for match in _MMENGINE_SAVE.finditer(text):
+                if int(match.group(1)) <= self.total_steps:
+                    self._reached(int(match.group(1)), self.total_steps)
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.
