@@ -32,6 +32,12 @@ HEALTHY = [
     "[2026-11-21 03:14:07,123] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=0, lr=[1e-05], mom=[(0.9, 0.95)]",
     "11/25 03:15:42 - mmengine - INFO - Iter(train) [  50/20000]  base_lr: 1.0e-02 lr: 1.0e-02  eta: 9:01:12  time: 1.6",
     "[03/11 09:45:14 d2.utils.events]:  eta: 0:00:06  iter: 79  total_loss: 0.2874    time: 0.3191  max_mem: 2014M",
+    # LLaMA-Factory's trainer_log.jsonl, mistral-finetune
+    '{"current_steps": 8650, "total_steps": 8660, "loss": 0.1166, "learning_rate": 2.03e-10, "epoch": 3.995, '
+    '"percentage": 99.88, "elapsed_time": "5:39:22", "remaining_time": "0:00:23"}',
+    "2024-05-24 19:32:05 (UTC) - 0:33:53 - train - INFO - step: 000090 - done (%): 90.0 - loss: 0.834",
+    # the HF Trainer's step dict as recent ProgressCallbacks print it (quoted .4g floats)
+    "{'loss': '3.898', 'grad_norm': '0.8704', 'learning_rate': '5e-05', 'epoch': '0.0625'}",
     # GPU telemetry a training script prints
     "GPU 0: NVIDIA H100 80GB HBM3 | memory used 61234 MiB / 81559 MiB | utilization 97%",
 ]

@@ -45,11 +45,8 @@ _RULE_KEYS = {
 # (a finished line before it ended an earlier run), or the run was asked to stop (a finished
 # line after it ends a loop the stop cut short: success.py, still_the_end), or an experiment
 # tracker closed its run (an exit line unless a failure follows: success.py, exit_lines), or
-# a thread's traceback begins (a thread died, not the process: blocks.py), or a training
-# loop took a step (a finished line before it did not end the run, but unlike a start it
-# begins no new run: success.py, still_the_end).
-MARKS = ("success", "restart", "exit", "tracker", "ignored", "thread", "raised", "start", "stop",
-         "step")
+# a thread's traceback begins (a thread died, not the process: blocks.py).
+MARKS = ("success", "restart", "exit", "tracker", "ignored", "thread", "raised", "start", "stop")
 _MATCH_KEYS = {
     "exit_codes", "signals", "patterns", "exception_types", "tracker_status",
     "launcher", "hung", "stop_requested", "expect_finished", "finished", "table",

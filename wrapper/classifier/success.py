@@ -67,12 +67,10 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     if expect_finished:
         return Finished(FLAG_RULE, "the finished-flag file exists") if finished else None
     success_ids = marked(rules, "success")
-    start_ids, stop_ids, step_ids = marked(rules, "start"), marked(rules, "stop"), marked(rules, "step")
+    start_ids, stop_ids = marked(rules, "start"), marked(rules, "stop")
     starts = [hit.seq for hit in hits if hit.rule_id in start_ids]
     stops = [hit.seq for hit in hits if hit.rule_id in stop_ids]
-    steps = [hit.seq for hit in hits if hit.rule_id in step_ids]
-    lines = [hit for hit in hits
-             if hit.rule_id in success_ids and still_the_end(hit.seq, starts, stops, steps)]
+    lines = [hit for hit in hits if hit.rule_id in success_ids and still_the_end(hit.seq, starts, stops)]
     if lines:
         # the last round's verdict; on one line, the more specific rule (the earlier in
         # the catalogue: a framework's own line before the generic script line) names it
@@ -89,14 +87,12 @@ def find_finished(rules: RuleSet, hits: Sequence[LogHit], *, expect_finished: bo
     return None
 
 
-def still_the_end(seq: int, starts: Sequence[int], stops: Sequence[int],
-                  steps: Sequence[int] = ()) -> bool:
+def still_the_end(seq: int, starts: Sequence[int], stops: Sequence[int]) -> bool:
     """Whether a finished line at ``seq`` still ends the run: no training loop started (or
-    went on, or took a step) after it, and no stop was asked for in its own run before it
-    (frameworks print their usual end lines when a stop request ended the loop early; a
-    start between the stop and the line means a new run, which then finished; a step there
-    is the stopped loop's own last step)."""
-    if any(mark > seq for mark in (*starts, *steps)):
+    went on) after it, and no stop was asked for in its own run before it (frameworks print
+    their usual end lines when a stop request ended the loop early; a start between the
+    stop and the line means a new run, which then finished)."""
+    if any(start > seq for start in starts):
         return False
     began = max((start for start in starts if start < seq), default=-1)
     return not any(began < stop < seq for stop in stops)
