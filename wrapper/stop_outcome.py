@@ -36,10 +36,6 @@ _MEGATRON_TAIL = re.compile(r"\s*\|\s*consumed samples:")
 # "Iter(train) [  N/MAX]" with MAX = the loop's max_iters (mmengine/runner/log_processor.py);
 # its epoch form "Epoch(train) [e][i/len]" counts an epoch's batches and is not read here
 _MMENGINE_ITER = re.compile(r"\bIter\(train\) \[\s*(\d+)/(\d+)\]")
-# mmengine's CheckpointHook on an IterBasedTrainLoop saves after iteration N ("Saving
-# checkpoint at N iterations"), the last one's too: the train log's lines come every
-# `interval` iterations, so the save may be the only line that names the last one
-_MMENGINE_SAVE = re.compile(r"\bSaving checkpoint at (\d+) iterations\b")
 # mmcv 1.x's TextLoggerHook (MMSegmentation 0.x, MMDetection 2.x with an IterBasedRunner):
 # "Iter [N/MAX]\tlr: ..." in train mode, MAX = runner.max_iters (its validation lines say
 # "Iter(val) [N]"); the by-epoch form "Epoch [e][i/len]" counts one epoch and is not read
@@ -206,9 +202,13 @@ class StepTracker:
             for match in _MMENGINE_ITER.finditer(text):
                 self._reached(int(match.group(1)), int(match.group(2)))
         if "Saving checkpoint at " in text and self.total_steps is not None:
-            for match in _MMENGINE_SAVE.finditer(text):
-                if int(match.group(1)) <= self.total_steps:
-                    self._reached(int(match.group(1)), self.total_steps)
+            # mmengine's CheckpointHook on an IterBasedTrainLoop saves after iteration N,
+            # the last one's too: its train log's lines come every `interval` iterations,
+            # so the save (progress_lines' mmengine-saving) may be the only line naming it
+            for found in progress_lines.matches(text):
+                if (found.pattern.id == "mmengine-saving" and found.step is not None
+                        and found.step <= self.total_steps):
+                    self._reached(found.step, self.total_steps)
         lowered = text.lower()
         # A character whose lower case is longer ("İ") shifts positions; re.IGNORECASE
         # also takes "ſ" for "s". Both rare: the plain pattern then.
