@@ -185,6 +185,13 @@ def test_the_diffusers_steps_bar_names_the_end_other_bars_do_not() -> None:
     notebook = StepTracker()  # a notebook's copy of the same bar, without the bar
     notebook.feed("Steps: 100% 100/100 [05:56<00:00,  3.38s/it, loss=0.0255, lr=0.0001]\n")
     assert reached_last_step(notebook.iteration, notebook.total_steps)
+    relayed = StepTracker()  # a GUI relaying the script's output (fluxgym): two prefixes
+    relayed.feed("[2024-09-21 18:38:26] [INFO] steps: 100%|##########| 3040/3040 [1:46:51<00:00,  2.11s/it, avr_loss=0.294]\n")
+    assert reached_last_step(relayed.iteration, relayed.total_steps)
+    # ... but the bar must start the message: a third bracket is some other text's
+    buried = StepTracker()
+    buried.feed("[a] [b] [c] steps: 100%|##########| 3040/3040 [1:46:51<00:00,  2.11s/it, avr_loss=0.294]\n")
+    assert (buried.iteration, buried.total_steps) == (None, None)
 
 
 def test_llama_recipes_epoch_bar_ends_only_at_the_last_epoch() -> None:

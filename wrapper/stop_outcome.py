@@ -69,7 +69,9 @@ _KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)
 # (tqdm redraws with a carriage return), and its LAST reading counts (a per-epoch bar
 # starts again from 0).
 # (A notebook's copy of the bar has no bar: "Steps: 100% 500/500 [...]".)
-_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*)?[ \t]*[Ss]teps: *\d{1,3}%(?:\|[^|\r\n]*\|)?"
+# (At most two bracketed prefixes before it: a rank's "[rank0]:", a GUI's relay of the
+# script's output as "[2024-09-21 18:38:26] [INFO] steps: ..." (fluxgym).)
+_STEPS_BAR = re.compile(r"(?:^|[\r\n])(?:\[[^\]\r\n]{1,40}\]:?[ \t]*){0,2}[ \t]*[Ss]teps: *\d{1,3}%(?:\|[^|\r\n]*\|)?"
                         r"\s*(\d+)/(\d+) \[[^\]\r\n]*(?:\b(?:step_loss|avr_loss)="
                         r"|/(?:s|it), loss=[-+\w.]{1,24}, lr=[-+\w.]{1,24}\])")
 # The epoch bar of YOLOv5 (train.py) and Ultralytics (engine/trainer.py _do_train): tqdm
