@@ -217,6 +217,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # 04:09, 04:17 and 04:17 UTC, frozen and scored at once at c484374 and at the commit of the
 # moment (ab5ceb1, ab5ceb1, c63272f, c63272f), the same both times: 23/38, 14/25, 20/24 and
 # 19/33 (0 catastrophic)
+# blind114-blind121 (round 40): gathered blind by one wave of eight helpers started at
+# 05:42 UTC, each partition one of the families issue 20 names (the avoid list holding
+# every earlier set's URLs): GitHub threads of PyTorch distributed (blind114: 42 entries),
+# NCCL and the fabric below it (blind115: 28), DeepSpeed (blind116: 30), Hugging Face
+# training stacks (blind117: 44), Lightning and Ray (blind118: 30), the GPU / driver /
+# node layer (blind119: 32), schedulers and clouds stopping jobs (blind120: 24) and JAX /
+# TPU / NeMo / Megatron runs (blind121: 29), finished between 05:50 and 05:53 UTC, frozen
+# and scored at once at the session's start commit 1c89a3b: 32/42 (1 catastrophic: a NaN
+# loss in a step bar, then torchrun's SIGTERMs, labelled retry, aborted), 23/28, 25/30,
+# 27/44 (1: a DataLoader bus error of a small /dev/shm, labelled retry, aborted), 15/30 (1:
+# the same), 15/32, 20/24 and 20/29
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -255,15 +266,20 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind107", "blind107.yaml"), ("blind108", "blind108.yaml"),
         ("blind109", "blind109.yaml"), ("blind110", "blind110.yaml"),
         ("blind111", "blind111.yaml"), ("blind112", "blind112.yaml"),
-        ("blind113", "blind113.yaml")]
+        ("blind113", "blind113.yaml"), ("blind114", "blind114.yaml"),
+        ("blind115", "blind115.yaml"), ("blind116", "blind116.yaml"),
+        ("blind117", "blind117.yaml"), ("blind118", "blind118.yaml"),
+        ("blind119", "blind119.yaml"), ("blind120", "blind120.yaml"),
+        ("blind121", "blind121.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
 # blind68 and blind69 what their helpers found before their search budgets ran out, and
 # blind73, blind74, blind75, blind80, blind81, blind82, blind83, blind84, blind86, blind87,
 # blind90, blind93, blind95, blind96, blind98, blind99, blind101, blind102, blind103,
-# blind106, blind107, blind108, blind109, blind110, blind111, blind112 and blind113 what
-# theirs found that no earlier set held
+# blind106, blind107, blind108, blind109, blind110, blind111, blind112, blind113, blind115,
+# blind116, blind118, blind119, blind120 and blind121 what theirs found that no earlier set
+# held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -271,7 +287,9 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind90": 31, "blind93": 24, "blind95": 8, "blind96": 11, "blind98": 5,
               "blind99": 33, "blind101": 24, "blind102": 33, "blind103": 38,
               "blind106": 34, "blind107": 30, "blind108": 23, "blind109": 27,
-              "blind110": 38, "blind111": 25, "blind112": 24, "blind113": 33}
+              "blind110": 38, "blind111": 25, "blind112": 24, "blind113": 33,
+              "blind115": 28, "blind116": 30, "blind118": 30, "blind119": 32,
+              "blind120": 24, "blind121": 29}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
