@@ -22,6 +22,8 @@ PREFIXES = [
     "(RayTrainWorker pid=9671, ip=10.0.0.3) ",            # Ray's log monitor
     "(pid=9671) ",                                        # Ray, a task without a name
     "(raylet, ip=10.0.0.3) ",                             # Ray, a daemon
+    "(head, rank=0, pid=4773) ",                          # SkyPilot, a multi-node task's head
+    "(worker1, rank=1, pid=5120, ip=10.0.0.4) ",          # ... and its other nodes
     "[1,0]<stderr>:",                                     # Open MPI --tag-output
     "worker-3: ",                                         # pdsh / DeepSpeed multinode
     "10.0.0.3: ",                                         # pdsh with addresses

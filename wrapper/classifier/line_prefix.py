@@ -14,7 +14,9 @@ prefix can only add matches to anchored patterns (an unanchored pattern finds th
 same text in the whole line anyway).
 
 Sources of the shapes: Ray's log monitor (``(<actor or task> pid=N, ip=A)``:
-python/ray/_private/log_monitor.py / worker.py print_to_stdstream), torchrun
+python/ray/_private/log_monitor.py / worker.py print_to_stdstream) and SkyPilot's output of a
+multi-node task's nodes (``(head, rank=0, pid=N)``, ``(worker1, rank=1, pid=N, ip=A)``:
+sky/backends/cloud_vm_ray_backend.py), torchrun
 ``--log-line-prefix-template`` / ``--tee`` (``[rank0]:``, ``[default0]:``:
 torch/distributed/elastic/multiprocessing/api.py), Open MPI ``--tag-output``
 (``[jobid,rank]<stderr>:``), pdsh / DeepSpeed's multinode runner (``host: ``:
@@ -46,8 +48,9 @@ _LEVEL = r"(?:TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL|SEVERE)"
 # consumes at least one character, and each is bounded, so the scan is linear.
 _ONE = (
     r"(?:"
-    # Ray: (TrainWorker pid=91, ip=10.0.0.3)  (pid=91)  (raylet, ip=10.0.0.3)
-    r"\((?:[\w.:<>-]{1,80}(?:,? )?)?(?:pid=\d+|ip=[\w.:]+)(?:, [\w]+=[^()\s]{1,80}){0,4}\)"
+    # Ray: (TrainWorker pid=91, ip=10.0.0.3)  (pid=91)  (raylet, ip=10.0.0.3); SkyPilot's
+    # multi-node task output: (head, rank=0, pid=4773)  (worker1, rank=1, pid=91, ip=10.0.0.3)
+    r"\((?:[\w.:<>-]{1,80}(?:,? )?)?(?:rank=\d+, )?(?:pid=\d+|ip=[\w.:]+)(?:, [\w]+=[^()\s]{1,80}){0,4}\)"
     # torchrun / kubectl / Megatron / most loggers: [rank0]: [default1]: [2024-05-01 10:00:00];
     # Hydra's job logging closes its brackets with " - ": [asctime][name][LEVEL] - msg
     r"|\[[^\]\n]{1,120}\](?::|<std(?:out|err)>:| -(?= ))?"
