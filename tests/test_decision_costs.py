@@ -128,6 +128,31 @@ def test_keras_fits_last_epoch_bar_names_the_end() -> None:
     assert reached_last_step(keras3.iteration, keras3.total_steps)
 
 
+def test_keras_verbose2_epoch_lines_name_the_end_behind_a_prefix() -> None:
+    from wrapper.stop_outcome import StepTracker
+
+    # Keras 2.2's verbose=2 line (no step count) closes each epoch; a wrapper's timestamp
+    # in front of every line
+    old = StepTracker()
+    old.feed("2020-11-24 20:17:33.001 Epoch 4/5\n2020-11-24 20:17:59.001 - 25s - loss: 6.0312\n"
+             "2020-11-24 20:17:59.002 Epoch 5/5\n")
+    assert (old.iteration, old.total_steps) == (4, 5)
+    assert not reached_last_step(old.iteration, old.total_steps)
+    old.feed("2020-11-24 20:18:25.069 - 24s - loss: 5.9945\n")
+    assert reached_last_step(old.iteration, old.total_steps)
+    # tf.keras 2.x and Keras 3 count the steps on that line
+    tf2 = StepTracker()
+    tf2.feed("Epoch 3/3\n938/938 - 3s - loss: 0.2947 - accuracy: 0.9153 - 3s/epoch - 3ms/step\n")
+    assert (tf2.iteration, tf2.total_steps) == (3 * 938, 3 * 938)
+    keras3 = StepTracker()
+    keras3.feed("[rank0]: Epoch 2/3\n[rank0]: 938/938 - 3s - 3ms/step - accuracy: 0.9 - loss: 0.29\n")
+    assert (keras3.iteration, keras3.total_steps) == (2 * 938, 3 * 938)
+    # a logger's " - " line after an epoch line is no epoch's end
+    other = StepTracker()
+    other.feed("Epoch 5/5\n2020-11-24 20:18:25,069 - trainer - INFO - saving\n")
+    assert (other.iteration, other.total_steps) == (None, None)
+
+
 def test_opennmts_step_line_names_train_steps() -> None:
     from wrapper.stop_outcome import StepTracker
 

@@ -56,8 +56,17 @@ _ONMT_STEP = re.compile(r"\bStep\s+(\d+)/\s*(\d+); acc: ")
 # Keras Model.fit: "Epoch E/EPOCHS" opens each epoch, and its Progbar ends the epoch with
 # "STEPS/STEPS [====...]" (Keras 2) or "STEPS/STEPS ━━━━" (Keras 3); the last epoch's bar at
 # its target is the end of fit's loop (evaluate / predict bars come without an epoch line)
-_KERAS_EPOCH = re.compile(r"(?:^|[\r\n])Epoch (\d+)/(\d+)[ \t]*(?=\r|\n|$)")
-_KERAS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)")
+# (each read at the start of a line, or of its message after a logger's / launcher's
+# prefix: "2020-11-24 20:18:25.069 Epoch 5/5" from a job's timestamping wrapper). With
+# verbose=2 fit draws no bar: one line closes each epoch, " - 24s - loss: 5.99" (Keras 2.2),
+# "938/938 - 3s - loss: 0.29 - accuracy: 0.91" (tf.keras 2.x), "938/938 - 3s - 3ms/step -
+# accuracy: 0.91 - loss: 0.29" (Keras 3): keras/src/utils/progbar.py, verbose == 2
+_KERAS_EPOCH = re.compile(r"Epoch (\d+)/(\d+)[ \t]*$")
+_KERAS_BAR = re.compile(r"[ \t]*(\d+)/(\d+) (?:\[[=>.]+\]|\S*\u2501)")
+_KERAS_EPOCH_END = re.compile(
+    r"[ \t]*(?:(\d+)/(\d+) )?- \d+(?:\.\d+)?(?:ms|s|m|h)(?: \d+(?:us|ms|s)/step)?"
+    r"(?: - \d+(?:us|ms|s)/step)? - \w+: ")
+_SEGMENT = re.compile(r"[^\r\n]+")
 # The training bar of the diffusers example scripts and the many trainers built from them
 # (tqdm(range(0, args.max_train_steps), initial=global_step, desc="Steps"); the loop breaks
 # once global_step >= max_train_steps; set_postfix(step_loss=..., lr=...)) and of kohya's
@@ -228,17 +237,38 @@ class StepTracker:
                 self._saw(match.group(1))
 
     def _keras(self, text: str) -> None:
-        """Keras fit's epoch lines and the progress bar that closes each epoch, in order."""
-        events = sorted([(m.start(), "epoch", m) for m in _KERAS_EPOCH.finditer(text)]
-                        + [(m.start(), "bar", m) for m in _KERAS_BAR.finditer(text)],
-                        key=lambda event: event[0])
-        for _, kind, match in events:
-            if kind == "epoch":
-                self._keras_epoch = (int(match.group(1)), int(match.group(2)))
-            elif self._keras_epoch is not None:
-                (epoch, epochs), (step, steps) = self._keras_epoch, (int(match.group(1)), int(match.group(2)))
-                if 0 < epoch <= epochs and 0 < step <= steps:
-                    self._read((epoch - 1) * steps + step, epochs * steps)
+        """Keras fit's epoch lines and the progress bar (or verbose=2 line) that closes each
+        epoch, in order."""
+        # here, not at the top: wrapper.classifier's package imports this module
+        from wrapper.classifier.line_prefix import without_prefix
+
+        for found in _SEGMENT.finditer(text):
+            segment = found.group()
+            if not self._keras_line(segment) and ("Epoch " in segment or " - " in segment):
+                rest = without_prefix(segment)
+                if rest is not None:
+                    self._keras_line(rest)
+
+    def _keras_line(self, line: str) -> bool:
+        """Read one line of Keras fit's output; whether it was one."""
+        match = _KERAS_EPOCH.match(line)
+        if match is not None:
+            self._keras_epoch = (int(match.group(1)), int(match.group(2)))
+            return True
+        if self._keras_epoch is None:
+            return False
+        match = _KERAS_BAR.match(line) or _KERAS_EPOCH_END.match(line)
+        if match is None:
+            return False
+        epoch, epochs = self._keras_epoch
+        if match.group(1) is None:  # verbose=2 without the step count: the epoch ended
+            if 0 < epoch <= epochs:
+                self._read(epoch, epochs)
+            return True
+        step, steps = int(match.group(1)), int(match.group(2))
+        if 0 < epoch <= epochs and 0 < step <= steps:
+            self._read((epoch - 1) * steps + step, epochs * steps)
+        return True
 
     def _reached(self, step: int, total: int) -> None:
         """A training loop's own step of its own total (the largest step seen counts)."""
