@@ -240,6 +240,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # a4a45c6), the same both times: 15/24, 24/35, 27/38, 27/45, 26/36, 18/31 and 27/39 (2
 # catastrophic: a Lightning batch-size trial's "`Trainer.fit` stopped" read as the end of
 # a run that then crashed, and a file another process held aborted)
+# blind130, blind132-blind137 (round 41, first wave): gathered blind by helpers started at
+# 07:25 UTC: forum pages (blind130: 2 entries; the `pages` corpus held almost no run logs
+# that no earlier set had, and blind131's Stack Overflow / blog pages none), GitHub threads
+# of speech and audio training (blind132: 39), distributed vision codebases (blind133: 43),
+# scientific / graph / recommender training (blind134: 41), video and image generation
+# (blind135: 34), LLM pretraining frameworks (blind136: 33) and managed training services
+# and batch systems (blind137: 32). Finished between 07:36 and 07:48 UTC, frozen and scored
+# at once at the session's start commit f9c117d and at the commit of the moment, the same
+# both times: 2/2, 18/39, 35/43, 25/41, 22/34, 17/33 and 26/32, none catastrophic. The
+# helpers ran side by side, so two threads are in two sets each (blind132 and blind137:
+# mockingbird-774; blind133 and blind137: rocm-tf-15), one label each time
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -285,7 +296,11 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind121", "blind121.yaml"), ("blind122", "blind122.yaml"),
         ("blind123", "blind123.yaml"), ("blind124", "blind124.yaml"),
         ("blind126", "blind126.yaml"), ("blind127", "blind127.yaml"),
-        ("blind128", "blind128.yaml"), ("blind129", "blind129.yaml")]
+        ("blind128", "blind128.yaml"), ("blind129", "blind129.yaml"),
+        ("blind130", "blind130.yaml"), ("blind132", "blind132.yaml"),
+        ("blind133", "blind133.yaml"), ("blind134", "blind134.yaml"),
+        ("blind135", "blind135.yaml"), ("blind136", "blind136.yaml"),
+        ("blind137", "blind137.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -294,7 +309,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
 # blind90, blind93, blind95, blind96, blind98, blind99, blind101, blind102, blind103,
 # blind106, blind107, blind108, blind109, blind110, blind111, blind112, blind113, blind115,
 # blind116, blind118, blind119, blind120, blind121, blind122, blind123, blind124, blind127,
-# blind128 and blind129 what theirs found that no earlier set held
+# blind128, blind129, blind130, blind132, blind135, blind136 and blind137 what
+# theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -305,7 +321,9 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind110": 38, "blind111": 25, "blind112": 24, "blind113": 33,
               "blind115": 28, "blind116": 30, "blind118": 30, "blind119": 32,
               "blind120": 24, "blind121": 29, "blind122": 24, "blind123": 35,
-              "blind124": 38, "blind127": 36, "blind128": 31, "blind129": 39}
+              "blind124": 38, "blind127": 36, "blind128": 31, "blind129": 39,
+              "blind130": 2, "blind132": 39, "blind135": 34,
+              "blind136": 33, "blind137": 32}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
