@@ -241,16 +241,26 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # catastrophic: a Lightning batch-size trial's "`Trainer.fit` stopped" read as the end of
 # a run that then crashed, and a file another process held aborted)
 # blind130, blind132-blind137 (round 41, first wave): gathered blind by helpers started at
-# 07:25 UTC: forum pages (blind130: 2 entries; the `pages` corpus held almost no run logs
+# 07:19 UTC: forum pages (blind130: 2 entries; the `pages` corpus held almost no run logs
 # that no earlier set had, and blind131's Stack Overflow / blog pages none), GitHub threads
 # of speech and audio training (blind132: 39), distributed vision codebases (blind133: 43),
 # scientific / graph / recommender training (blind134: 41), video and image generation
 # (blind135: 34), LLM pretraining frameworks (blind136: 33) and managed training services
-# and batch systems (blind137: 32). Finished between 07:36 and 07:48 UTC, frozen and scored
+# and batch systems (blind137: 32). Finished between 07:26 and 07:47 UTC, frozen and scored
 # at once at the session's start commit f9c117d and at the commit of the moment, the same
 # both times: 2/2, 18/39, 35/43, 25/41, 22/34, 17/33 and 26/32, none catastrophic. The
 # helpers ran side by side, so two threads are in two sets each (blind132 and blind137:
 # mockingbird-774; blind133 and blind137: rocm-tf-15), one label each time
+# blind131, blind138-blind141 (round 41, second wave): blind131 is the first wave's Stack
+# Overflow / blog helper, which began only at 08:10 and found 2 pages; the others were
+# started at 07:54 UTC once the first wave's rules were committed (the avoid list then held
+# the first wave's URLs too): GitHub threads of TensorFlow / Keras / JAX-Flax training on
+# GPUs (blind138: 43 entries), reinforcement learning outside LLMs (blind139: 41),
+# non-NVIDIA accelerators (blind140: 35) and GPU / distributed training outside the DL
+# frameworks (XGBoost, CatBoost, RAPIDS, Spark, sweeps: blind141: 39). Finished between
+# 08:04 and 08:14 UTC, frozen and scored at once at f9c117d: 1/2, 25/43, 26/41, 21/35 and
+# 25/39, none catastrophic; at the commit of the moment the same but blind138, 26/43 (the
+# first wave's tf.estimator "Loss for final step" line read another thread's end)
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -300,7 +310,9 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind130", "blind130.yaml"), ("blind132", "blind132.yaml"),
         ("blind133", "blind133.yaml"), ("blind134", "blind134.yaml"),
         ("blind135", "blind135.yaml"), ("blind136", "blind136.yaml"),
-        ("blind137", "blind137.yaml")]
+        ("blind137", "blind137.yaml"), ("blind131", "blind131.yaml"),
+        ("blind138", "blind138.yaml"), ("blind139", "blind139.yaml"),
+        ("blind140", "blind140.yaml"), ("blind141", "blind141.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -309,8 +321,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
 # blind90, blind93, blind95, blind96, blind98, blind99, blind101, blind102, blind103,
 # blind106, blind107, blind108, blind109, blind110, blind111, blind112, blind113, blind115,
 # blind116, blind118, blind119, blind120, blind121, blind122, blind123, blind124, blind127,
-# blind128, blind129, blind130, blind132, blind135, blind136 and blind137 what
-# theirs found that no earlier set held
+# blind128, blind129, blind130, blind131, blind132, blind135, blind136, blind137, blind140
+# and blind141 what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -323,7 +335,8 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind120": 24, "blind121": 29, "blind122": 24, "blind123": 35,
               "blind124": 38, "blind127": 36, "blind128": 31, "blind129": 39,
               "blind130": 2, "blind132": 39, "blind135": 34,
-              "blind136": 33, "blind137": 32}
+              "blind136": 33, "blind137": 32, "blind131": 2, "blind140": 35,
+              "blind141": 39}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
