@@ -261,6 +261,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # 08:04 and 08:14 UTC, frozen and scored at once at f9c117d: 1/2, 25/43, 26/41, 21/35 and
 # 25/39, none catastrophic; at the commit of the moment the same but blind138, 26/43 (the
 # first wave's tf.estimator "Loss for final step" line read another thread's end)
+# blind142-blind144 (round 41, third wave): started at 08:27 UTC once the second wave's
+# rules were committed: GitHub threads of NLP and machine-translation training (blind142:
+# 33 entries), medical imaging and 3D (blind143: 34) and vision-language models (blind144:
+# 12, the session's search budget ran out under its helper). Finished between 08:32 and
+# 08:39 UTC, frozen and scored at once at f9c117d: 19/33 (1 catastrophic: TensorFlow's CPU
+# allocator out of memory, then the kernel's kill, labelled retry, aborted as a GPU OOM),
+# 24/34 and 8/12; the same at the commit of the moment
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -312,7 +319,9 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind135", "blind135.yaml"), ("blind136", "blind136.yaml"),
         ("blind137", "blind137.yaml"), ("blind131", "blind131.yaml"),
         ("blind138", "blind138.yaml"), ("blind139", "blind139.yaml"),
-        ("blind140", "blind140.yaml"), ("blind141", "blind141.yaml")]
+        ("blind140", "blind140.yaml"), ("blind141", "blind141.yaml"),
+        ("blind142", "blind142.yaml"), ("blind143", "blind143.yaml"),
+        ("blind144", "blind144.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -321,8 +330,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
 # blind90, blind93, blind95, blind96, blind98, blind99, blind101, blind102, blind103,
 # blind106, blind107, blind108, blind109, blind110, blind111, blind112, blind113, blind115,
 # blind116, blind118, blind119, blind120, blind121, blind122, blind123, blind124, blind127,
-# blind128, blind129, blind130, blind131, blind132, blind135, blind136, blind137, blind140
-# and blind141 what theirs found that no earlier set held
+# blind128, blind129, blind130, blind131, blind132, blind135, blind136, blind137, blind140,
+# blind141, blind142, blind143 and blind144 what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -336,7 +345,7 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind124": 38, "blind127": 36, "blind128": 31, "blind129": 39,
               "blind130": 2, "blind132": 39, "blind135": 34,
               "blind136": 33, "blind137": 32, "blind131": 2, "blind140": 35,
-              "blind141": 39}
+              "blind141": 39, "blind142": 33, "blind143": 34, "blind144": 12}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
