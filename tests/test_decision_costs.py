@@ -251,6 +251,39 @@ def test_the_gaussian_splatting_bar_is_the_whole_run_other_training_progress_bar
     assert (other.iteration, other.total_steps) == (None, None)
 
 
+def test_the_hf_bar_at_its_total_then_the_save_of_that_step_is_the_last_step() -> None:
+    """The HF Trainer's bar at N/N, then a save into checkpoint-N (or accelerate's
+    tmp-checkpoint-N), also behind a launcher's prefix and on the bar's own line: the
+    last step. A save of another step, or an evaluation bar between them, is not."""
+    from wrapper.stop_outcome import StepTracker
+
+    tracker = StepTracker()
+    tracker.feed("[default0]: 97%|#########7| 36/37 [26:12<00:41, 41.16s/it]\n")
+    assert not reached_last_step(tracker.iteration, tracker.total_steps)
+    tracker.feed("[default0]:100%|##########| 37/37 [26:58<00:00, 42.63s/it][default0]:07/01/2024 "
+                 "01:54:14 - INFO - accelerate.utils.fsdp_utils -   Saving model to "
+                 "/out/tmp-checkpoint-37/pytorch_model_fsdp.bin\n")
+    assert (tracker.iteration, tracker.total_steps) == (37, 37)
+    assert reached_last_step(tracker.iteration, tracker.total_steps)
+
+    periodic = StepTracker()  # the bar at its end, but the save is of step 500
+    periodic.feed("100%|##########| 50/50 [00:20<00:00,  2.50it/s]\n"
+                  "Saving model checkpoint to /out/checkpoint-500\n")
+    assert not reached_last_step(periodic.iteration, periodic.total_steps)
+
+    evaluated = StepTracker()  # an evaluation bar drawn between the two breaks the pair
+    evaluated.feed(" 99%|#########9| 99/100 [10:00<00:06,  6.0s/it]\n"
+                   "100%|##########| 100/100 [10:06<00:00,  6.0s/it]\n"
+                   " 50%|#####     | 4/8 [00:01<00:01,  3.1it/s]\n"
+                   "Saving model checkpoint to /out/checkpoint-100\n")
+    assert not reached_last_step(evaluated.iteration, evaluated.total_steps)
+
+    unsaved = StepTracker()  # a save line without a save word is not read
+    unsaved.feed("100%|##########| 20/20 [00:20<00:00,  1.00it/s]\n"
+                 "loading /out/checkpoint-20/trainer_state.json\n")
+    assert not reached_last_step(unsaved.iteration, unsaved.total_steps)
+
+
 def test_the_accuracy_benchmark_counts_catastrophic_decisions(tmp_path) -> None:
     """benchmarks/classify_accuracy.py on a two-log set: a hub 504 labelled retry (right)
     and the same log labelled abort (resched retries it: a wrong, not catastrophic,

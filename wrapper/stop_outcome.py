@@ -109,6 +109,16 @@ _3DGS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*Training progress: *\d{1,3}%\|?[^|\r\
 # The bars drawn over a whole run, each with the text a line must hold to be worth the
 # regex (a cheap `in` test first): its N/TOTAL is read as a progress display's reading.
 _WHOLE_RUN_BARS = (("teps:", _STEPS_BAR), ("Training progress:", _3DGS_BAR))
+# The Hugging Face Trainer's bar (ProgressCallback: tqdm(total=max_steps), no description)
+# at its total, then a save into ``checkpoint-N`` (or accelerate's ``tmp-checkpoint-N``
+# while FSDP writes it) of that same N: the save of the last step (trainer.py
+# _maybe_log_save_evaluate after the final step; "Saving model checkpoint to", accelerate's
+# fsdp_utils "Saving model to", the config / weights "saved in" lines). An evaluation bar
+# drawn between them names another total, so it breaks the pair; a torchrun --tee /
+# launcher prefix may stand before the bar, and the save may follow on the same line.
+_HF_BAR_AT = re.compile(r"(?<![\w.])\d{1,3}%\|[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
+_HF_CHECKPOINT_SAVE = re.compile(
+    r"\b(?:[Ss]aving|[Ss]aved)\b[^\r\n]*?[/\\](?:tmp-)?checkpoint-(\d+)(?=[/\\\s]|$)")
 
 
 def _word_char(char: str) -> bool:
@@ -163,6 +173,7 @@ class StepTracker:
         self.iteration: int | None = None
         self.total_steps: int | None = None
         self._keras_epoch: tuple[int, int] | None = None  # Keras fit's current "Epoch E/EPOCHS"
+        self._hf_bar_full: int | None = None  # the HF bar's last reading, when it was N/N
 
     def feed(self, text: str) -> None:
         if "%|" in text:  # a progress bar (the HF Trainer's counts global steps)
@@ -174,6 +185,8 @@ class StepTracker:
                     epoch, epochs, batch, batches = (int(g) for g in match.groups())
                     if epoch <= epochs and 0 < batch <= batches:
                         self._read(epoch * batches + batch, (epochs + 1) * batches)
+        if "%|" in text or (self._hf_bar_full is not None and "checkpoint-" in text):
+            self._hf_last_save(text)
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
                 if not _starts_word(text, match.start()):
@@ -235,6 +248,21 @@ class StepTracker:
                     lowered.startswith("global_", start - 7) and start >= 7
                     and _starts_word(text, start - 7)):
                 self._saw(match.group(1))
+
+    def _hf_last_save(self, text: str) -> None:
+        """The HF Trainer's bar at N/N, then a save into ``checkpoint-N``: the last step."""
+        for found in _SEGMENT.finditer(text):
+            segment = found.group()
+            events = [(m.start(), int(m.group(1)), int(m.group(2)))
+                      for m in _HF_BAR_AT.finditer(segment)]
+            if "checkpoint-" in segment:
+                events += [(m.start(), int(m.group(1)), None)
+                           for m in _HF_CHECKPOINT_SAVE.finditer(segment)]
+            for _, step, total in sorted(events):
+                if total is not None:  # a bar's reading
+                    self._hf_bar_full = step if 0 < step == total else None
+                elif self._hf_bar_full is not None and step == self._hf_bar_full:
+                    self._reached(step, step)
 
     def _keras(self, text: str) -> None:
         """Keras fit's epoch lines and the progress bar (or verbose=2 line) that closes each
