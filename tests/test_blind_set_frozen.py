@@ -268,6 +268,16 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # 08:39 UTC, frozen and scored at once at f9c117d: 19/33 (1 catastrophic: TensorFlow's CPU
 # allocator out of memory, then the kernel's kill, labelled retry, aborted as a GPU OOM),
 # 24/34 and 8/12; the same at the commit of the moment
+# blind145-blind152 (round 42, first wave): started at 09:36 UTC, the session's start
+# (8db4440): GitHub threads of mixture-of-experts training (blind145: 19 entries),
+# embedding / retrieval training (blind146: 30), robotics and imitation learning
+# (blind147: 25), GANs and image restoration (blind148: 36), OCR and document AI
+# (blind149: 35), self-supervised pretraining (blind150: 31), TTS / voice / music
+# generation (blind151: 36) and code models and small research codebases (blind152: 42).
+# Finished by 09:50 UTC, frozen and scored at once at 8db4440: 15/19,
+# 21/30, 13/25, 30/36, 25/35, 23/31 (1 catastrophic: wandb's "(failed 1)" footer read as a
+# normal exit), 20/36 (1 catastrophic: a DataLoader bus error on /dev/shm labelled retry,
+# aborted) and 21/42
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -321,7 +331,11 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind138", "blind138.yaml"), ("blind139", "blind139.yaml"),
         ("blind140", "blind140.yaml"), ("blind141", "blind141.yaml"),
         ("blind142", "blind142.yaml"), ("blind143", "blind143.yaml"),
-        ("blind144", "blind144.yaml")]
+        ("blind144", "blind144.yaml"), ("blind145", "blind145.yaml"),
+        ("blind146", "blind146.yaml"), ("blind147", "blind147.yaml"),
+        ("blind148", "blind148.yaml"), ("blind149", "blind149.yaml"),
+        ("blind150", "blind150.yaml"), ("blind151", "blind151.yaml"),
+        ("blind152", "blind152.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -331,7 +345,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
 # blind106, blind107, blind108, blind109, blind110, blind111, blind112, blind113, blind115,
 # blind116, blind118, blind119, blind120, blind121, blind122, blind123, blind124, blind127,
 # blind128, blind129, blind130, blind131, blind132, blind135, blind136, blind137, blind140,
-# blind141, blind142, blind143 and blind144 what theirs found that no earlier set held
+# blind141, blind142, blind143, blind144, blind145, blind146, blind147, blind148, blind149,
+# blind150 and blind151 what theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -345,7 +360,9 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind124": 38, "blind127": 36, "blind128": 31, "blind129": 39,
               "blind130": 2, "blind132": 39, "blind135": 34,
               "blind136": 33, "blind137": 32, "blind131": 2, "blind140": 35,
-              "blind141": 39, "blind142": 33, "blind143": 34, "blind144": 12}
+              "blind141": 39, "blind142": 33, "blind143": 34, "blind144": 12,
+              "blind145": 19, "blind146": 30, "blind147": 25, "blind148": 36,
+              "blind149": 35, "blind150": 31, "blind151": 36}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
