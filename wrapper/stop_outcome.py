@@ -109,6 +109,10 @@ _3DGS_BAR = re.compile(r"(?:^|[\r\n])[ \t]*Training progress: *\d{1,3}%\|?[^|\r\
 # The bars drawn over a whole run, each with the text a line must hold to be worth the
 # regex (a cheap `in` test first): its N/TOTAL is read as a progress display's reading.
 _WHOLE_RUN_BARS = (("teps:", _STEPS_BAR), ("Training progress:", _3DGS_BAR))
+# PySlowFast's per-epoch stats (slowfast/utils/logging.py log_json_stats of
+# train_net.py's TrainMeter.log_epoch_stats: {"_type": "train_epoch", "epoch": "E/MAX",
+# ...}, E counted from 1): the training epoch E of MAX has ended; E = MAX is the last
+_SLOWFAST_TRAIN_EPOCH = re.compile(r'"_type": "train_epoch", "epoch": "(\d+)/(\d+)"')
 # The Hugging Face Trainer's bar (ProgressCallback: tqdm(total=max_steps), no description)
 # at its total, then a save into ``checkpoint-N`` (or accelerate's ``tmp-checkpoint-N``
 # while FSDP writes it) of that same N: the save of the last step (trainer.py
@@ -187,6 +191,11 @@ class StepTracker:
                         self._read(epoch * batches + batch, (epochs + 1) * batches)
         if "%|" in text or (self._hf_bar_full is not None and "checkpoint-" in text):
             self._hf_last_save(text)
+        if '"train_epoch"' in text:
+            for match in _SLOWFAST_TRAIN_EPOCH.finditer(text):
+                epoch, epochs = int(match.group(1)), int(match.group(2))
+                if 0 < epoch <= epochs:
+                    self._read(epoch, epochs)
         if "iteration" in text:
             for match in _ITERATION_FAST.finditer(text):
                 if not _starts_word(text, match.start()):
