@@ -285,6 +285,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # re-id and action recognition (blind156: 33). Finished by 10:14 UTC, frozen and scored at
 # once at 8db4440 and at the commit of the moment (c7a8bbe), the same both times: 20/33,
 # 22/32, 17/39 and 23/33, none catastrophic
+# blind157, blind158 (round 42, third wave): started at 10:25 UTC once the second wave's
+# rules were committed: GitHub threads of runs that finished training and then had trouble
+# at the end, or stopped on their own criterion (blind157: 26 entries), and GPU, node and
+# platform faults in smaller projects (blind158: 22); the session's search budget ran out
+# under both helpers at 10:29. Frozen and scored at once at 8db4440 and at the commit of
+# the moment (367dbf3), the same both times: 13/26 and 18/22, none catastrophic
 
 SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.yaml"),
         ("blind4", "blind4.yaml"), ("blind5", "blind5.yaml"), ("blind6", "blind6.yaml"),
@@ -344,7 +350,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
         ("blind150", "blind150.yaml"), ("blind151", "blind151.yaml"),
         ("blind152", "blind152.yaml"), ("blind153", "blind153.yaml"),
         ("blind154", "blind154.yaml"), ("blind155", "blind155.yaml"),
-        ("blind156", "blind156.yaml")]
+        ("blind156", "blind156.yaml"), ("blind157", "blind157.yaml"),
+        ("blind158", "blind158.yaml")]
 # the brief asks for at least 40 entries; blind21 holds what its helper could gather
 # before the search tool's budget ran out, blind29 what its helper found in 25 minutes,
 # blind54 what its helper found in 73 minutes, blind57, blind62, blind64, blind65, blind66,
@@ -355,8 +362,8 @@ SETS = [("blind", "blind.yaml"), ("blind2", "blind2.yaml"), ("blind3", "blind3.y
 # blind116, blind118, blind119, blind120, blind121, blind122, blind123, blind124, blind127,
 # blind128, blind129, blind130, blind131, blind132, blind135, blind136, blind137, blind140,
 # blind141, blind142, blind143, blind144, blind145, blind146, blind147, blind148, blind149,
-# blind150, blind151, blind153, blind154, blind155 and blind156 what theirs found that no
-# earlier set held
+# blind150, blind151, blind153, blind154, blind155, blind156, blind157 and blind158 what
+# theirs found that no earlier set held
 SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind62": 32,
               "blind64": 21, "blind65": 31, "blind66": 31, "blind68": 31, "blind69": 38,
               "blind73": 31, "blind74": 22, "blind75": 37, "blind80": 16, "blind81": 37,
@@ -373,7 +380,8 @@ SHORT_SETS = {"blind21": 25, "blind29": 38, "blind54": 37, "blind57": 30, "blind
               "blind141": 39, "blind142": 33, "blind143": 34, "blind144": 12,
               "blind145": 19, "blind146": 30, "blind147": 25, "blind148": 36,
               "blind149": 35, "blind150": 31, "blind151": 36, "blind153": 33,
-              "blind154": 32, "blind155": 39, "blind156": 33}
+              "blind154": 32, "blind155": 39, "blind156": 33, "blind157": 26,
+              "blind158": 22}
 
 
 @pytest.mark.parametrize(("folder", "index"), SETS)
