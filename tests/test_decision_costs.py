@@ -278,6 +278,14 @@ def test_the_hf_bar_at_its_total_then_the_save_of_that_step_is_the_last_step() -
                    "Saving model checkpoint to /out/checkpoint-100\n")
     assert not reached_last_step(evaluated.iteration, evaluated.total_steps)
 
+    late = StepTracker()  # a bar at its total long before a save of that number
+    late.feed("Map: 100%|##########| 1000/1000 [00:02<00:00, 480.1 examples/s]\n"
+              "100%|##########| 1000/1000 [00:02<00:00, 480.1it/s]\n")
+    for step in range(1, 40):
+        late.feed(f"{{'loss': 1.{step:02d}, 'learning_rate': 1e-05, 'epoch': 0.{step:02d}}}\n")
+    late.feed("Saving model checkpoint to /out/checkpoint-1000\n")
+    assert not reached_last_step(late.iteration, late.total_steps)
+
     unsaved = StepTracker()  # a save line without a save word is not read
     unsaved.feed("100%|##########| 20/20 [00:20<00:00,  1.00it/s]\n"
                  "loading /out/checkpoint-20/trainer_state.json\n")

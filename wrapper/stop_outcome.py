@@ -123,6 +123,10 @@ _SLOWFAST_TRAIN_EPOCH = re.compile(r'"_type": "train_epoch", "epoch": "(\d+)/(\d
 _HF_BAR_AT = re.compile(r"(?<![\w.])\d{1,3}%\|[^|\r\n]*\|[ \t]*(\d+)/(\d+) \[")
 _HF_CHECKPOINT_SAVE = re.compile(
     r"\b(?:[Ss]aving|[Ss]aved)\b[^\r\n]*?[/\\](?:tmp-)?checkpoint-(\d+)(?=[/\\\s]|$)")
+# ... within a few lines of the bar (the final save's own lines follow it at once): a bar
+# at its total long before a periodic save of the same number (a data-preparation bar of
+# 1000 items, then the save of step 1000 in a log without the training bar) is no pair
+_HF_SAVE_WITHIN_LINES = 20
 
 
 def _word_char(char: str) -> bool:
@@ -178,6 +182,7 @@ class StepTracker:
         self.total_steps: int | None = None
         self._keras_epoch: tuple[int, int] | None = None  # Keras fit's current "Epoch E/EPOCHS"
         self._hf_bar_full: int | None = None  # the HF bar's last reading, when it was N/N
+        self._hf_bar_since = 0  # lines since that reading
 
     def feed(self, text: str) -> None:
         if "%|" in text:  # a progress bar (the HF Trainer's counts global steps)
@@ -191,6 +196,10 @@ class StepTracker:
                         self._read(epoch * batches + batch, (epochs + 1) * batches)
         if "%|" in text or (self._hf_bar_full is not None and "checkpoint-" in text):
             self._hf_last_save(text)
+        elif self._hf_bar_full is not None:
+            self._hf_bar_since += max(1, text.count("\n"))
+            if self._hf_bar_since > _HF_SAVE_WITHIN_LINES:
+                self._hf_bar_full = None
         if '"train_epoch"' in text:
             for match in _SLOWFAST_TRAIN_EPOCH.finditer(text):
                 epoch, epochs = int(match.group(1)), int(match.group(2))
@@ -267,9 +276,14 @@ class StepTracker:
             if "checkpoint-" in segment:
                 events += [(m.start(), int(m.group(1)), None)
                            for m in _HF_CHECKPOINT_SAVE.finditer(segment)]
-            for _, step, total in sorted(events):
+            if not events and self._hf_bar_full is not None:
+                self._hf_bar_since += 1
+                if self._hf_bar_since > _HF_SAVE_WITHIN_LINES:
+                    self._hf_bar_full = None
+            for _, step, total in sorted(events, key=lambda event: event[0]):
                 if total is not None:  # a bar's reading
                     self._hf_bar_full = step if 0 < step == total else None
+                    self._hf_bar_since = 0
                 elif self._hf_bar_full is not None and step == self._hf_bar_full:
                     self._reached(step, step)
 
