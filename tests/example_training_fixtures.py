@@ -6,6 +6,7 @@ Every torchrun is started in its own session; teardown SIGKILLs what is left by 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
@@ -165,15 +166,46 @@ def launcher_fixture(tmp_path: Path) -> Iterator[Launcher]:
     started.close()
 
 
+@dataclass(frozen=True)
+class FinishedRun:
+    """The log of a torchrun that has exited (the shared reference run)."""
+
+    log: Path
+    returncode: int
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def checksum(self) -> str:
+        found = CHECKSUM_RE.search(self.text())
+        assert found, "no final checksum line:\n" + self.text()[-4000:]
+        return found.group(1)
+
+
 @pytest.fixture(name="reference_run", scope="session")
-def reference_run_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TrainRun, Path]]:
-    """A fault-free 2-rank run of the shared configuration: its log and checkpoint dir."""
-    workdir = tmp_path_factory.mktemp("reference")
-    started = Launcher(workdir)
-    run = started.run(workdir / "ckpt", *TRAIN_ARGS)
-    assert run.proc.returncode == 0, run.text()[-4000:]
-    yield run, workdir / "ckpt"
-    started.close()
+def reference_run_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[FinishedRun, Path]:
+    """A fault-free 2-rank run of the shared configuration: its log and checkpoint dir.
+
+    Run once per test session, not once per pytest-xdist worker: the first worker that
+    needs it runs it in the folder the session's workers share, the others wait for it
+    on a lock and read the same log and checkpoint (the tests only read them)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above each worker's own
+    workdir, outcome = root / "reference-run", root / "reference-run.returncode"
+    with open(root / "reference-run.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not outcome.exists():
+            workdir.mkdir()
+            started, code = Launcher(workdir), -1  # -1: it never exited (wait raised)
+            try:
+                code = started.run(workdir / "ckpt", *TRAIN_ARGS).proc.returncode
+            finally:
+                started.close()
+                outcome.write_text(str(code))  # a failed run fails every worker alike
+    run = FinishedRun(workdir / "run-0.log", int(outcome.read_text()))
+    assert run.returncode == 0, run.text()[-4000:]
+    return run, workdir / "ckpt"
 
 
 def steps_of(pattern: re.Pattern[str], text: str) -> list[int]:

@@ -18,8 +18,8 @@ from example_training_fixtures import (
     STEP_RE,
     STEPS,
     TRAIN_ARGS,
+    FinishedRun,
     Launcher,
-    TrainRun,
     alive,
     checkpoint_files,
     free_port,
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.e2e]
 
 
 def test_fault_free_run_checkpoints_and_prints_checksum(
-        reference_run: tuple[TrainRun, Path]) -> None:
+        reference_run: tuple[FinishedRun, Path]) -> None:
     run, ckpt = reference_run
     text = run.text()
     assert steps_of(STEP_RE, text) == list(range(1, STEPS + 1))
@@ -72,7 +72,7 @@ def kill_at_step(launcher: Launcher, ckpt: Path, step: int) -> int:
 
 
 def test_sigkill_at_random_steps_then_resume_is_bit_exact(
-        launcher: Launcher, tmp_path: Path, reference_run: tuple[TrainRun, Path]) -> None:
+        launcher: Launcher, tmp_path: Path, reference_run: tuple[FinishedRun, Path]) -> None:
     seed = random.SystemRandom().randrange(1 << 30)
     rng = random.Random(seed)
     ckpt = tmp_path / "ckpt"
@@ -88,7 +88,7 @@ def test_sigkill_at_random_steps_then_resume_is_bit_exact(
 
 
 def test_worker_with_empty_checkpoint_dir_resumes_bit_exact(
-        launcher: Launcher, tmp_path: Path, reference_run: tuple[TrainRun, Path]) -> None:
+        launcher: Launcher, tmp_path: Path, reference_run: tuple[FinishedRun, Path]) -> None:
     """Two torchruns as two tasks without a shared filesystem; the worker restarts empty."""
     master_dir, worker_dir, fresh_worker_dir = (tmp_path / n for n in ("m", "w", "w2"))
     port = free_port()
@@ -112,7 +112,7 @@ def test_worker_with_empty_checkpoint_dir_resumes_bit_exact(
 
 
 def test_sigterm_to_launcher_saves_and_stops_unfinished_then_resumes_losing_nothing(
-        launcher: Launcher, tmp_path: Path, reference_run: tuple[TrainRun, Path]) -> None:
+        launcher: Launcher, tmp_path: Path, reference_run: tuple[FinishedRun, Path]) -> None:
     ckpt = tmp_path / "ckpt"
     run = launcher.start(ckpt, *TRAIN_ARGS, "--step-time", "0.05")
     run.wait_for(r"^resched-train: step 7 loss ")

@@ -15,6 +15,7 @@ from example_training_fixtures import (
     RESUMED_RE,
     STEP_RE,
     TRAIN_ARGS,
+    FinishedRun,
     Launcher,
     TrainRun,
     launcher_fixture,  # noqa: F401 - registers the fixture
@@ -73,7 +74,7 @@ def run_fault(launcher: Launcher, ckpt: Path, kind: str, once: Path) -> TrainRun
 @pytest.mark.parametrize("kind", sorted(EXPECTED))
 def test_fault_leaves_the_evidence_the_rules_classify(
         launcher: Launcher, tmp_path: Path, kind: str,
-        reference_run: tuple[TrainRun, Path]) -> None:
+        reference_run: tuple[FinishedRun, Path]) -> None:
     code, texts, rules, decision = EXPECTED[kind]
     ckpt, once = tmp_path / "ckpt", tmp_path / "fired-once"
     run = run_fault(launcher, ckpt, kind, once)

@@ -4,13 +4,14 @@ over gloo, each task under ``resched wrap``) survives kill, hang, exit 16 and SI
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from tests.framework_fixtures import needs
-from tests.local_fixtures import REPO, LocalRun, free_port, processes_with_env, run_local
+from tests.local_fixtures import REPO, LocalRun, free_ports, processes_with_env, run_local
 
 pytestmark = [needs("torch"), pytest.mark.e2e, pytest.mark.torch, pytest.mark.slow]
 
@@ -22,22 +23,28 @@ DEMO_VALUES = REPO / "examples" / "local-demo.yaml"
 ALL_FAULTS = "kill:master@1ckpt,hang:worker_1@2ckpt,exit:master=16@3ckpt,term:master@4ckpt"
 
 
-def _run(tmp_path: Path, name: str, *extra: str) -> LocalRun:
+def _run(tmp_path: Path, name: str, port: int, *extra: str) -> LocalRun:
     values = ["-f", str(DEMO_VALUES), "--set", "steps=120", "--set", "checkpoint_every=10",
               "--set", "checkpoint_cadence=2s", "--set", "hang_timeout=20",
-              "--set", f"master_port={free_port()}",
+              "--set", f"master_port={port}",
               "--set-string", f"upload_location=file://{tmp_path / name / 'ck'}"]
     (tmp_path / name).mkdir()
     return run_local(TEMPLATE, *values, *extra, workdir=tmp_path / name / "work", timeout=540)
 
 
 def test_template_survives_kill_hang_exit16_and_sigterm_with_identical_weights(tmp_path: Path) -> None:
-    clean = _run(tmp_path, "clean")
+    # The fault-free run goes on beside the chaos run, not before it: the two share
+    # nothing (their own folders, ports and upload locations), and the clean one mostly
+    # sleeps its step times (~25 s that the chaos run no longer waits behind).
+    clean_port, chaos_port = free_ports(2)
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        pending = beside.submit(_run, tmp_path, "clean", clean_port)
+        chaos = _run(tmp_path, "chaos", chaos_port, "--chaos", ALL_FAULTS)
+        clean = pending.result()
     assert clean.returncode == 0, clean.stderr[-3000:]
     expected = clean.report["final_checksum"]
     assert expected and clean.report["metrics"]["faults"] == 0
 
-    chaos = _run(tmp_path, "chaos", "--chaos", ALL_FAULTS)
     assert chaos.returncode == 0, chaos.stderr[-5000:]
     report = chaos.report
     assert report["status"] == "COMPLETED" and chaos.stdout.startswith("COMPLETED in ")

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -126,19 +127,44 @@ def fault_case(server: S3Server, proxy: FaultProxy, work: Path, call: tuple[str,
             "hit": rule.hits > 0, "outcome": outcome, "latest": restored.step, "losses": 0}
 
 
+MATRIX_LANES = 4
+
+
 @pytest.mark.slow
 def test_fault_matrix_of_the_commit(s3_server: S3Server, proxy: FaultProxy,  # noqa: F811
                                     tmp_path: Path) -> None:
-    rows = []
-    for index, call in enumerate(COMMIT_CALLS):
-        for fault in FAULTS:
-            work = tmp_path / f"c{index}-{fault.value}"
+    cases = [(f"c{index}-{fault.value}", call, fault, 1)
+             for index, call in enumerate(COMMIT_CALLS) for fault in FAULTS]
+    # the commit PUT faulted at every try: the outcome must be settled
+    cases += [(f"always-{fault.value}", COMMIT_CALLS[3], fault, 10**9) for fault in FAULTS]
+    # Most of the matrix's time is waiting: a stalled reply holds a case until the
+    # client's 2 s read timeout fires. The cases share nothing but the server (each
+    # publishes to a prefix of its own), so they run in lanes side by side, each lane
+    # through a proxy of its own (a rule faults whatever passes its proxy) and its cases
+    # one after the other; the stalls are spread over the lanes.
+    lanes: list[list[int]] = [[] for _ in range(MATRIX_LANES)]
+    for k in range(len(cases)):
+        lanes[(k // len(FAULTS) + k) % MATRIX_LANES].append(k)
+
+    def run_lane(lane: list[int], lane_proxy: FaultProxy) -> dict[int, dict[str, object]]:
+        out = {}
+        for k in lane:
+            name, call, fault, times = cases[k]
+            work = tmp_path / name
             work.mkdir()
-            rows.append(fault_case(s3_server, proxy, work, call, fault))
-    for fault in FAULTS:  # the commit PUT faulted at every try: the outcome must be settled
-        work = tmp_path / f"always-{fault.value}"
-        work.mkdir()
-        rows.append(fault_case(s3_server, proxy, work, COMMIT_CALLS[3], fault, times=10**9))
+            out[k] = fault_case(s3_server, lane_proxy, work, call, fault, times=times)
+        return out
+
+    def own_proxy(lane: list[int]) -> dict[int, dict[str, object]]:
+        with FaultProxy(s3_server.endpoint) as lane_proxy:
+            return run_lane(lane, lane_proxy)
+
+    with ThreadPoolExecutor(max_workers=MATRIX_LANES - 1) as pool:
+        others = [pool.submit(own_proxy, lane) for lane in lanes[1:]]
+        done = run_lane(lanes[0], proxy)
+        for future in others:
+            done.update(future.result())
+    rows = [done[k] for k in range(len(cases))]
     report = os.environ.get("RESCHED_FAULT_MATRIX")
     if report:
         Path(report).write_text(json.dumps(rows, indent=1))
