@@ -8,7 +8,6 @@ the reason, only when the binary is missing or cannot start.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -22,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from session_shared import session_folder, session_lock
 
 BUCKET = "resched-ck"
 ACCESS_KEY = "reschedtest"
@@ -226,14 +227,11 @@ def compiled_prefilter(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     worker that needs it compiles it (`resched classify`, as a user's first scan would)
     in the folder the session's workers share; the others wait on a lock. None when
     nothing was compiled (no Hyperscan)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's folder, above each worker's own
+    root = session_folder(tmp_path_factory)
     if root in _COMPILED:
         return _COMPILED[root]
     cache, done = root / "compiled-prefilter", root / "compiled-prefilter.done"
-    with open(root / "compiled-prefilter.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with session_lock(tmp_path_factory, "compiled-prefilter"):
         if not done.exists():
             cache.mkdir(exist_ok=True)
             log = root / "compiled-prefilter.log"

@@ -6,7 +6,6 @@ Every torchrun is started in its own session; teardown SIGKILLs what is left by 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import signal
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from session_shared import session_lock
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "ddp_train.py"
@@ -189,12 +190,8 @@ def reference_run_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Fin
     Run once per test session, not once per pytest-xdist worker: the first worker that
     needs it runs it in the folder the session's workers share, the others wait for it
     on a lock and read the same log and checkpoint (the tests only read them)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent  # the session's folder, above each worker's own
-    workdir, outcome = root / "reference-run", root / "reference-run.returncode"
-    with open(root / "reference-run.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with session_lock(tmp_path_factory, "reference-run") as root:
+        workdir, outcome = root / "reference-run", root / "reference-run.returncode"
         if not outcome.exists():
             workdir.mkdir()
             started, code = Launcher(workdir), -1  # -1: it never exited (wait raised)
