@@ -194,12 +194,8 @@ class StepTracker:
                     epoch, epochs, batch, batches = (int(g) for g in match.groups())
                     if epoch <= epochs and 0 < batch <= batches:
                         self._read(epoch * batches + batch, (epochs + 1) * batches)
-        if "%|" in text or (self._hf_bar_full is not None and "checkpoint-" in text):
+        if "%|" in text or self._hf_bar_full is not None:  # a bar, or the lines after one
             self._hf_last_save(text)
-        elif self._hf_bar_full is not None:
-            self._hf_bar_since += max(1, text.count("\n"))
-            if self._hf_bar_since > _HF_SAVE_WITHIN_LINES:
-                self._hf_bar_full = None
         if '"train_epoch"' in text:
             for match in _SLOWFAST_TRAIN_EPOCH.finditer(text):
                 epoch, epochs = int(match.group(1)), int(match.group(2))
@@ -268,7 +264,8 @@ class StepTracker:
                 self._saw(match.group(1))
 
     def _hf_last_save(self, text: str) -> None:
-        """The HF Trainer's bar at N/N, then a save into ``checkpoint-N``: the last step."""
+        """The HF Trainer's bar at N/N, then a save into ``checkpoint-N``: the last step.
+        Every line after a bar at its total counts towards _HF_SAVE_WITHIN_LINES."""
         for found in _SEGMENT.finditer(text):
             segment = found.group()
             events = [(m.start(), int(m.group(1)), int(m.group(2)))
